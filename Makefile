@@ -1,0 +1,78 @@
+# damacy for Go. `make test` is what CI runs (through .ci/run).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+GO        ?= go
+PKGS      := ./...
+# nvCOMP wheel fetched by `make nvcomp-fetch` for the GPU host (pinned).
+NVCOMP_VERSION ?= 6.0.0.12
+NVCOMP_WHEEL   := nvidia-libnvcomp-cu13==$(NVCOMP_VERSION)
+# Python used by the cross-check tests; .ci/run creates .venv.
+DAMACY_PYTHON ?= $(if $(wildcard $(CURDIR)/.venv/bin/python),$(CURDIR)/.venv/bin/python,)
+export DAMACY_PYTHON
+
+.PHONY: all build test lint nocgo demo ptx gpu-bins nvcomp-fetch bench clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/damacy ./cmd/damacy
+
+# gofmt, vet, a cgo-free build, no `import "C"` anywhere, then the tests
+# (race detector on; the detector itself needs cgo, the product does not).
+test: lint nocgo
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 45m $(PKGS)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+nocgo:
+	CGO_ENABLED=0 $(GO) build $(PKGS)
+	@if $(GO) list -f '{{.ImportPath}}: {{join .Imports " "}}' $(PKGS) | grep -E '(^|[: ])C( |$$)'; then \
+	  echo 'a package imports "C": the module must build with CGO_ENABLED=0'; exit 1; fi
+	@echo "no package imports \"C\""
+
+demo: build
+	./bin/damacy demo
+
+# Rebuild the embedded PTX from the CUDA C sources (needs nvcc).
+ptx:
+	$(GO) generate ./...
+
+# Cross-build every package's tests and the damacy binary as stripped,
+# cgo-free binaries for a GPU host that has no Go, plus .gpu/run.sh.
+gpu-bins:
+	@mkdir -p .gpu
+	@rm -f .gpu/*.test .gpu/packages.txt
+	@for p in $$($(GO) list $(PKGS)); do \
+	  dir=$${p#github.com/damacy-go/damacy}; dir=$${dir#/}; [ -n "$$dir" ] || dir=.; \
+	  name=$$(echo "$$dir" | tr / _); \
+	  if [ -n "$$($(GO) list -f '{{join .TestGoFiles ""}}{{join .XTestGoFiles ""}}' $$p)" ]; then \
+	    CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) test -c -trimpath -ldflags='-s -w' -o .gpu/$$name.test $$p; \
+	    echo "$$name $$dir" >>.gpu/packages.txt; \
+	  fi; \
+	done
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o .gpu/damacy ./cmd/damacy
+	@cp .ci/gpu-run.sh .gpu/run.sh && chmod +x .gpu/run.sh
+	@du -sh .gpu
+
+# Fetch the pinned nvCOMP wheel and unpack libnvcomp.so.* into .gpu/nvcomp/.
+nvcomp-fetch:
+	@mkdir -p .gpu/nvcomp .gpu/wheel
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+	  -d .gpu/wheel $(NVCOMP_WHEEL)
+	cd .gpu/wheel && python3 -c 'import sys,zipfile,glob,os; \
+	  z=zipfile.ZipFile(glob.glob("nvidia_libnvcomp_cu13-$(NVCOMP_VERSION)-*.whl")[0]); \
+	  [open(os.path.join("../nvcomp", os.path.basename(n)),"wb").write(z.read(n)) for n in z.namelist() \
+	   if "/lib64/libnvcomp.so." in n]'
+	@rm -rf .gpu/wheel
+	@ls -l .gpu/nvcomp
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+clean:
+	rm -rf bin .gpu
