@@ -1,0 +1,255 @@
+package zarr
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Store is where a hierarchy's objects live: metadata documents, chunks and
+// shards, each named by a key such as "image/0/zarr.json" or "image/0/c/1/2".
+// Keys are slash-separated relative paths (see ValidateKey).
+//
+// Implementations must be safe for concurrent use.
+type Store interface {
+	// ReadAt reads len(p) bytes of the object key starting at byte off,
+	// with io.ReaderAt semantics: when it returns n < len(p) the error says
+	// why, io.EOF at the end of the object. It returns an error wrapping
+	// fs.ErrNotExist when the object is absent.
+	ReadAt(key string, p []byte, off int64) (int, error)
+
+	// Size returns the size of the object key in bytes, or an error
+	// wrapping fs.ErrNotExist when the object is absent.
+	Size(key string) (int64, error)
+}
+
+// ValidateKey reports whether key is a clean store key: a non-empty,
+// slash-separated relative path without empty, "." or ".." segments,
+// without a leading or trailing slash, and without backslashes or NUL
+// bytes. Errors wrap ErrInvalidKey.
+func ValidateKey(key string) error {
+	bad := ""
+	switch {
+	case key == "":
+		bad = "empty key"
+	case strings.HasPrefix(key, "/"):
+		bad = "absolute key"
+	case strings.ContainsRune(key, '\\'):
+		bad = "backslash in key"
+	case strings.ContainsRune(key, 0):
+		bad = "NUL byte in key"
+	default:
+		for seg := range strings.SplitSeq(key, "/") {
+			switch seg {
+			case "":
+				bad = "empty segment"
+			case ".", "..":
+				bad = fmt.Sprintf("%q segment", seg)
+			}
+			if bad != "" {
+				break
+			}
+		}
+	}
+	if bad != "" {
+		return fmt.Errorf("zarr: key %q: %w: %s", key, ErrInvalidKey, bad)
+	}
+	return nil
+}
+
+// joinKey joins a node path (possibly empty, meaning the root) and a
+// relative key.
+func joinKey(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "/" + key
+}
+
+// cleanPath validates a node path given to an Open function: "" or "."
+// mean the root; other paths must be valid keys once surrounding slashes
+// are trimmed.
+func cleanPath(path string) (string, error) {
+	p := strings.Trim(path, "/")
+	if p == "" || p == "." {
+		return "", nil
+	}
+	if err := ValidateKey(p); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// DirStore is a Store over a directory of the local filesystem. Keys map to
+// files below the root; a key that is not valid, or that would resolve
+// outside the root, is refused with an error wrapping ErrInvalidKey. The
+// check is lexical: symbolic links inside the root are followed.
+//
+// Each ReadAt opens, reads and closes the file; callers that read one file
+// many times can open it themselves through Path.
+type DirStore struct {
+	root string // absolute and clean
+}
+
+// NewDirStore returns a store rooted at the directory root, which must
+// exist.
+func NewDirStore(root string) (*DirStore, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("zarr: store root %s: %w", root, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("zarr: store root: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("zarr: store root %s: not a directory", abs)
+	}
+	return &DirStore{root: abs}, nil
+}
+
+// Root returns the store's root directory, absolute and cleaned.
+func (d *DirStore) Root() string { return d.root }
+
+// Path returns the file that holds the object key.
+func (d *DirStore) Path(key string) (string, error) {
+	if err := ValidateKey(key); err != nil {
+		return "", err
+	}
+	p := filepath.Join(d.root, filepath.FromSlash(key))
+	if !strings.HasPrefix(p, d.root+string(filepath.Separator)) {
+		return "", fmt.Errorf("zarr: key %q: %w: resolves outside the store root", key, ErrInvalidKey)
+	}
+	return p, nil
+}
+
+// ReadAt implements Store.
+func (d *DirStore) ReadAt(key string, p []byte, off int64) (int, error) {
+	name, err := d.Path(key)
+	if err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("zarr: read %s: negative offset %d", key, off)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, fmt.Errorf("zarr: %w", err)
+	}
+	defer f.Close()
+	n, err := f.ReadAt(p, off)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("zarr: %w", err)
+	}
+	return n, err
+}
+
+// Size implements Store. A key that names a directory is an error, not an
+// absent object.
+func (d *DirStore) Size(key string) (int64, error) {
+	name, err := d.Path(key)
+	if err != nil {
+		return 0, err
+	}
+	fi, err := os.Stat(name)
+	if err != nil {
+		return 0, fmt.Errorf("zarr: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return 0, fmt.Errorf("zarr: %s: not a regular file", name)
+	}
+	return fi.Size(), nil
+}
+
+// NewFSStore returns a Store that reads from fsys, for example a
+// testing/fstest.MapFS or an os.DirFS. Files that implement io.ReaderAt
+// are read in place; others are read through Seek, or by skipping bytes.
+func NewFSStore(fsys fs.FS) Store { return fsStore{fsys} }
+
+type fsStore struct{ fsys fs.FS }
+
+func (s fsStore) ReadAt(key string, p []byte, off int64) (int, error) {
+	if err := ValidateKey(key); err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("zarr: read %s: negative offset %d", key, off)
+	}
+	f, err := s.fsys.Open(key)
+	if err != nil {
+		return 0, fmt.Errorf("zarr: %w", err)
+	}
+	defer f.Close()
+	var n int
+	switch r := f.(type) {
+	case io.ReaderAt:
+		n, err = r.ReadAt(p, off)
+	case io.Seeker:
+		if _, err = r.Seek(off, io.SeekStart); err == nil {
+			n, err = io.ReadFull(f, p)
+		}
+	default:
+		if _, err = io.CopyN(io.Discard, f, off); err == nil {
+			n, err = io.ReadFull(f, p)
+		}
+	}
+	switch {
+	case err == io.ErrUnexpectedEOF || (err == io.EOF && n < len(p)):
+		err = io.EOF
+	case err == io.EOF:
+		err = nil
+	case err != nil:
+		err = fmt.Errorf("zarr: read %s: %w", key, err)
+	}
+	return n, err
+}
+
+func (s fsStore) Size(key string) (int64, error) {
+	if err := ValidateKey(key); err != nil {
+		return 0, err
+	}
+	fi, err := fs.Stat(s.fsys, key)
+	if err != nil {
+		return 0, fmt.Errorf("zarr: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return 0, fmt.Errorf("zarr: %s: not a regular file", key)
+	}
+	return fi.Size(), nil
+}
+
+// ReadAll returns the whole object key. It fails if the object is absent
+// (the error wraps fs.ErrNotExist) or if fewer bytes than its size could be
+// read.
+func ReadAll(s Store, key string) ([]byte, error) {
+	return readAllMax(s, key, math.MaxInt)
+}
+
+// maxMetadataBytes bounds the metadata documents this package reads; real
+// ones are kilobytes.
+const maxMetadataBytes = 64 << 20
+
+// readAllMax is ReadAll with a size limit.
+func readAllMax(s Store, key string, limit int64) ([]byte, error) {
+	n, err := s.Size(key)
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 || n > limit {
+		return nil, &FormatError{Key: key, Offset: -1, Err: &reason{kind: ErrTooLarge, msg: fmt.Sprintf("object of %d bytes exceeds the limit of %d", n, limit)}}
+	}
+	b := make([]byte, n)
+	got, err := s.ReadAt(key, b, 0)
+	if got == len(b) {
+		return b, nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		err = fmt.Errorf("zarr: read %s: got %d of %d bytes", key, got, n)
+	}
+	return nil, err
+}
