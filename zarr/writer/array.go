@@ -1,0 +1,316 @@
+package writer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"iter"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/damacy-go/damacy/zarr"
+)
+
+// Array is an array being written. Its methods may be called from several
+// goroutines at once, as long as they write different blocks.
+type Array struct {
+	dir string
+	l   *layout
+	// encoders holds per-goroutine encoding scratch (*blockEncoder), all
+	// Go heap.
+	encoders sync.Pool
+}
+
+// Create validates spec and writes the array's metadata into dir, creating
+// dir if needed. If dir already holds zarr metadata (zarr.json, .zarray or
+// .zgroup), it must be byte for byte what spec gives, so that an interrupted
+// generation can be resumed; otherwise Create fails with ErrExists. Create
+// removes no chunk: rewriting a block replaces its object, and with
+// SkipEmptyChunks an all-fill block removes it.
+func Create(dir string, spec Spec) (*Array, error) {
+	l, err := spec.resolve()
+	if err != nil {
+		return nil, err
+	}
+	files, err := l.metadata()
+	if err != nil {
+		return nil, err
+	}
+	if err := writeMetadata(dir, files); err != nil {
+		return nil, err
+	}
+	return newArray(dir, l), nil
+}
+
+func newArray(dir string, l *layout) *Array {
+	a := &Array{dir: dir, l: l}
+	a.encoders.New = func() any { return newBlockEncoder(l) }
+	return a
+}
+
+// writeMetadata writes the metadata files into dir, after checking that dir
+// holds no other zarr node.
+func writeMetadata(dir string, files map[string][]byte) error {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return fmt.Errorf("writer: %w", err)
+	}
+	for _, name := range []string{"zarr.json", ".zarray", ".zgroup", ".zattrs"} {
+		old, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("writer: %w", err)
+		}
+		if !bytes.Equal(old, files[name]) {
+			return fmt.Errorf("writer: %s: %s: %w", dir, name, ErrExists)
+		}
+	}
+	for name, b := range files {
+		if err := writeFile(filepath.Join(dir, name), b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Dir returns the directory the array is written to.
+func (a *Array) Dir() string { return a.dir }
+
+// Spec returns the array's spec with defaults filled in (Format, Order,
+// Separator).
+func (a *Array) Spec() Spec { return a.l.spec }
+
+// NumBlocks returns the number of blocks: the shards of a sharded array, the
+// chunks of an unsharded one.
+func (a *Array) NumBlocks() int { return a.l.nblocks }
+
+// Blocks yields the index and region of every block in C order of the block
+// grid, each region clipped to the array's shape.
+func (a *Array) Blocks() iter.Seq2[int, []zarr.Range] {
+	return func(yield func(int, []zarr.Range) bool) {
+		for i := range a.l.nblocks {
+			if !yield(i, a.block(i)) {
+				return
+			}
+		}
+	}
+}
+
+// block returns the region of block i, 0 <= i < nblocks.
+func (a *Array) block(i int) []zarr.Range {
+	l := a.l
+	box := make([]zarr.Range, len(l.grid))
+	n := int64(i)
+	for d := len(l.grid) - 1; d >= 0; d-- {
+		g := n % l.grid[d]
+		n /= l.grid[d]
+		box[d].Start = g * l.block[d]
+		box[d].Stop = min(box[d].Start+l.block[d], l.spec.Shape[d])
+	}
+	return box
+}
+
+// MaxBlockBytes returns the size in bytes of the largest block region: what
+// a buffer for one block's data needs.
+func (a *Array) MaxBlockBytes() int {
+	n := a.l.ti.size
+	for d, b := range a.l.block {
+		n *= int(min(b, a.l.spec.Shape[d]))
+	}
+	return n
+}
+
+// WriteRegion writes data, the elements of box in C order, little-endian.
+// box must cover whole blocks: each Start a multiple of the block shape
+// (ShardShape, or ChunkShape when unsharded), each Stop one too or the
+// array's extent. Each block in box is encoded and stored once, from up to
+// GOMAXPROCS goroutines. Calls for disjoint boxes may run concurrently.
+func (a *Array) WriteRegion(box []zarr.Range, data []byte) error {
+	l := a.l
+	if len(box) != len(l.block) {
+		return fmt.Errorf("writer: %s: region has %d dimensions; the array has %d: %w", a.dir, len(box), len(l.block), ErrInvalid)
+	}
+	lo := make([]int64, len(box))
+	hi := make([]int64, len(box))
+	nblocks := 1
+	want := l.ti.size
+	for d, r := range box {
+		if r.Start < 0 || r.Stop > l.spec.Shape[d] || r.Start >= r.Stop ||
+			r.Start%l.block[d] != 0 || r.Stop%l.block[d] != 0 && r.Stop != l.spec.Shape[d] {
+			return fmt.Errorf("writer: %s: region [%d, %d) in dimension %d is not a block-aligned part of [0, %d) with blocks of %d: %w",
+				a.dir, r.Start, r.Stop, d, l.spec.Shape[d], l.block[d], ErrInvalid)
+		}
+		lo[d] = r.Start / l.block[d]
+		hi[d] = ceilDiv(r.Stop, l.block[d])
+		nblocks *= int(hi[d] - lo[d])
+		want *= int(r.Stop - r.Start)
+	}
+	if len(data) != want {
+		return fmt.Errorf("writer: %s: region data is %d bytes; want %d: %w", a.dir, len(data), want, ErrInvalid)
+	}
+	src := region{box: box, data: data}
+	return parallel(context.Background(), nblocks, 0, func() (func(int) error, func()) {
+		e := a.encoders.Get().(*blockEncoder)
+		return func(k int) error {
+				// Block k of the region, in C order of its sub-grid.
+				g := make([]int64, len(lo))
+				n := int64(k)
+				for d := len(lo) - 1; d >= 0; d-- {
+					span := hi[d] - lo[d]
+					g[d] = lo[d] + n%span
+					n /= span
+				}
+				return a.writeBlock(e, g, src)
+			}, func() {
+				a.encoders.Put(e)
+			}
+	})
+}
+
+// WriteFrom writes every block of the array with data from src, which must
+// fill dst with the elements of box (C order, little-endian), as
+// Synth.Fill does. It runs workers goroutines (0 means GOMAXPROCS), each
+// holding one block buffer and calling src for one block at a time; src
+// must be safe for concurrent use. The first error stops the work and is
+// returned, as is ctx.Err() if ctx ends first.
+func (a *Array) WriteFrom(ctx context.Context, workers int, src func(dst []byte, box []zarr.Range) error) error {
+	return parallel(ctx, a.l.nblocks, workers, func() (func(int) error, func()) {
+		e := a.encoders.Get().(*blockEncoder)
+		buf := make([]byte, a.MaxBlockBytes())
+		return func(i int) error {
+				box := a.block(i)
+				dst := buf[:boxBytes(box, a.l.ti.size)]
+				if err := src(dst, box); err != nil {
+					return err
+				}
+				g := make([]int64, len(box))
+				for d, r := range box {
+					g[d] = r.Start / a.l.block[d]
+				}
+				return a.writeBlock(e, g, region{box: box, data: dst})
+			}, func() {
+				a.encoders.Put(e)
+			}
+	})
+}
+
+// region is a box of the array and its data, C order, little-endian.
+type region struct {
+	box  []zarr.Range
+	data []byte
+}
+
+// parallel runs n jobs, 0..n-1, on up to workers goroutines (0 means
+// GOMAXPROCS). start makes one worker's job function and its cleanup. The
+// first error cancels the rest and is returned; ctx's end stops the work
+// between jobs and returns ctx.Err().
+func parallel(ctx context.Context, n, workers int, start func() (job func(int) error, done func())) error {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, n)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			job, done := start()
+			defer done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := job(i); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// key returns the storage key of the block at grid position g.
+func (a *Array) key(g []int64) string {
+	s := &a.l.spec
+	var b strings.Builder
+	if s.Format == 3 && !s.V2Keys {
+		b.WriteString("c")
+		b.WriteString(s.Separator)
+	}
+	for d, n := range g {
+		if d > 0 {
+			b.WriteString(s.Separator)
+		}
+		b.WriteString(strconv.FormatInt(n, 10))
+	}
+	return b.String()
+}
+
+// writeBlock encodes the block at grid position g from src, which covers
+// it, and stores or (when it is all fill and skipped) removes its object.
+func (a *Array) writeBlock(e *blockEncoder, g []int64, src region) error {
+	key := a.key(g)
+	obj, err := e.encodeBlock(g, src)
+	if err != nil {
+		return fmt.Errorf("writer: %s: block %s: %w", a.dir, key, err)
+	}
+	path := filepath.Join(a.dir, filepath.FromSlash(key))
+	if obj == nil {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("writer: %w", err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
+		return fmt.Errorf("writer: %w", err)
+	}
+	return writeFile(path, obj)
+}
+
+// writeFile writes b to path through a temporary file in the same
+// directory, renamed into place, so that a reader never sees part of it.
+func writeFile(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("writer: %w", err)
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("writer: %w", err)
+	}
+	return nil
+}
+
+// boxBytes is the size of box's data.
+func boxBytes(box []zarr.Range, size int) int {
+	n := size
+	for _, r := range box {
+		n *= int(r.Stop - r.Start)
+	}
+	return n
+}
