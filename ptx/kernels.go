@@ -1,0 +1,190 @@
+package ptx
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"fmt"
+	"structs"
+
+	"github.com/damacy-go/damacy/cuda"
+)
+
+// The generated PTX of assemble.cu and status.cu (see mkptx.sh).
+var (
+	//go:embed zassemble.ptx
+	assemblePTX string
+	//go:embed zstatus.ptx
+	statusPTX string
+)
+
+// Kernels are the project's kernels, loaded into one context: the
+// embedded PTX JIT-compiled for its device, with every function resolved.
+// Load it once per context and share it; its methods only queue work, and
+// may be called from any thread on which that context is current.
+type Kernels struct {
+	assembleModule cuda.Module
+	statusModule   cuda.Module
+	assemble       cuda.Function
+	reduceStatus   cuda.Function
+}
+
+// Load JIT-compiles the embedded PTX into the current context (the driver
+// caches the result on disk) and resolves the kernels. The calling thread
+// must have the context current, as inside cuda.Executor.Do.
+func Load() (*Kernels, error) {
+	return load([]byte(assemblePTX), []byte(statusPTX))
+}
+
+func load(assemble, status []byte) (*Kernels, error) {
+	k := new(Kernels)
+	var err error
+	if k.assembleModule, err = cuda.LoadModule(assemble); err != nil {
+		return nil, fmt.Errorf("ptx: load zassemble.ptx: %w", err)
+	}
+	if k.statusModule, err = cuda.LoadModule(status); err != nil {
+		k.assembleModule.Unload()
+		return nil, fmt.Errorf("ptx: load zstatus.ptx: %w", err)
+	}
+	if k.assemble, err = k.assembleModule.Function("damacy_assemble"); err == nil {
+		k.reduceStatus, err = k.statusModule.Function("damacy_reduce_status")
+	}
+	if err != nil {
+		k.Unload()
+		return nil, fmt.Errorf("ptx: %w", err)
+	}
+	return k, nil
+}
+
+// Unload unloads the modules (cuModuleUnload) on a thread with their
+// context current. Work already queued still runs. Unload is safe to
+// repeat; the Kernels are unusable afterwards.
+func (k *Kernels) Unload() error {
+	err := k.assembleModule.Unload()
+	if err2 := k.statusModule.Unload(); err == nil {
+		err = err2
+	}
+	k.assemble, k.reduceStatus = 0, 0
+	if err != nil {
+		return fmt.Errorf("ptx: unload: %w", err)
+	}
+	return nil
+}
+
+// assembleParams mirrors kernels.h's struct damacy_assemble_params, the
+// assemble kernel's only parameter.
+type assembleParams struct {
+	_        structs.HostLayout
+	ops      cuda.DevicePtr
+	blockOps cuda.DevicePtr
+	arena    cuda.DevicePtr
+	out      cuda.DevicePtr
+	rank     uint32
+	outDtype uint32
+	shape    [MaxRank]uint32
+}
+
+// Assemble queues the assemble kernel for plan p on s: one launch of
+// p.Blocks() blocks. ops and blockOps are device copies of p.Ops() (see
+// OpBytes) and p.BlockOps(); arena holds arenaBytes bytes of decoded
+// chunks; out is the batch tensor of p.Layout(). The ops must not overlap
+// in the output. All four buffers must stay untouched until the launch
+// has completed. An empty plan queues nothing.
+func (k *Kernels) Assemble(s cuda.Stream, p *Plan, ops, blockOps, arena cuda.DevicePtr, arenaBytes int64, out cuda.DevicePtr) error {
+	if k.assemble == 0 {
+		return fmt.Errorf("ptx: assemble on unloaded kernels: %w", ErrInvalid)
+	}
+	if p.Blocks() == 0 {
+		return nil
+	}
+	if p.SourceEnd() > arenaBytes {
+		return fmt.Errorf("ptx: assemble: ops read up to byte %d of an arena of %d: %w", p.SourceEnd(), arenaBytes, ErrInvalid)
+	}
+	// Copy ops read sources with loads of their item size, ops and the
+	// block table with 4- and 8-byte loads.
+	outAlign := cuda.DevicePtr(p.layout.Dtype.Size())
+	if ops == 0 || blockOps == 0 || out == 0 || ops%8 != 0 || blockOps%4 != 0 || arena%8 != 0 || out%outAlign != 0 {
+		return fmt.Errorf("ptx: assemble: misaligned or nil buffer (ops %v, block table %v, arena %v, out %v): %w", ops, blockOps, arena, out, ErrInvalid)
+	}
+	params := assembleParams{ops: ops, blockOps: blockOps, arena: arena, out: out,
+		rank: uint32(len(p.layout.Shape)), outDtype: uint32(p.layout.Dtype)}
+	for d, x := range p.layout.Shape {
+		params.shape[d] = uint32(x)
+	}
+	err := k.assemble.Launch(cuda.Dim3{X: uint32(p.Blocks())}, cuda.Dim3{X: assembleThreads}, 0, s, &params)
+	if err != nil {
+		return fmt.Errorf("ptx: assemble: %w", err)
+	}
+	return nil
+}
+
+// statusParams mirrors kernels.h's struct damacy_status_params.
+type statusParams struct {
+	_        structs.HostLayout
+	statuses cuda.DevicePtr
+	actual   cuda.DevicePtr
+	expected cuda.DevicePtr
+	summary  cuda.DevicePtr
+	n        uint32
+	_        uint32
+}
+
+// StatusSummarySize is the size of a StatusSummary in device memory.
+const StatusSummarySize = 32
+
+// NoChunk is StatusSummary.First when no chunk failed.
+const NoChunk = 0xFFFFFFFF
+
+// A StatusSummary is what ReduceStatus writes, laid out exactly as
+// kernels.h's struct damacy_status_summary: how many chunks of a wave
+// failed and which failed first.
+type StatusSummary struct {
+	_ structs.HostLayout
+	// Bad counts the chunks whose status is not 0 (nvcompSuccess) or whose
+	// decoded size differs from the expected size.
+	Bad uint32
+	// First is the index of the first bad chunk, or NoChunk.
+	First uint32
+	// Status is the first bad chunk's nvCOMP status.
+	Status int32
+	_      uint32
+	// Actual and Expected are its decoded and expected sizes.
+	Actual   uint64
+	Expected uint64
+}
+
+// DecodeStatusSummary reads a StatusSummary from the StatusSummarySize
+// bytes ReduceStatus wrote (copied to the host; host byte order).
+func DecodeStatusSummary(b []byte) (StatusSummary, error) {
+	if len(b) != StatusSummarySize {
+		return StatusSummary{}, fmt.Errorf("ptx: status summary of %d bytes, want %d: %w", len(b), StatusSummarySize, ErrInvalid)
+	}
+	e := binary.NativeEndian
+	return StatusSummary{
+		Bad:      e.Uint32(b[0:]),
+		First:    e.Uint32(b[4:]),
+		Status:   int32(e.Uint32(b[8:])),
+		Actual:   e.Uint64(b[16:]),
+		Expected: e.Uint64(b[24:]),
+	}, nil
+}
+
+// ReduceStatus queues the status kernel on s: it reads n nvCOMP statuses
+// (int32), decoded sizes and expected sizes (uint64, as size_t) and writes
+// one StatusSummary (StatusSummarySize bytes, 8-aligned) to summary. The
+// kernel writes every field, so summary needs no clearing between waves.
+func (k *Kernels) ReduceStatus(s cuda.Stream, statuses, actual, expected cuda.DevicePtr, n int, summary cuda.DevicePtr) error {
+	if k.reduceStatus == 0 {
+		return fmt.Errorf("ptx: reduce status on unloaded kernels: %w", ErrInvalid)
+	}
+	if n < 0 || n >= NoChunk {
+		return fmt.Errorf("ptx: reduce status of %d chunks: %w", n, ErrInvalid)
+	}
+	if summary == 0 || summary%8 != 0 || statuses%4 != 0 || actual%8 != 0 || expected%8 != 0 {
+		return fmt.Errorf("ptx: reduce status: misaligned or nil buffer (statuses %v, actual %v, expected %v, summary %v): %w", statuses, actual, expected, summary, ErrInvalid)
+	}
+	params := statusParams{statuses: statuses, actual: actual, expected: expected, summary: summary, n: uint32(n)}
+	if err := k.reduceStatus.Launch(cuda.Dim3{X: 1}, cuda.Dim3{X: statusThreads}, 0, s, &params); err != nil {
+		return fmt.Errorf("ptx: reduce status: %w", err)
+	}
+	return nil
+}

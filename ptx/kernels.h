@@ -1,0 +1,152 @@
+// Shared definitions of the assemble and status kernels. Every struct here
+// is mirrored field for field by a Go struct in ops.go or kernels.go; the
+// static_asserts below pin the layout, and a Go test reads them back and
+// checks the Go side against the same numbers.
+#ifndef DAMACY_KERNELS_H
+#define DAMACY_KERNELS_H
+
+#include <stddef.h>
+
+#define DAMACY_MAX_RANK 8
+
+// The assemble kernel runs DAMACY_ASSEMBLE_THREADS threads per block and
+// gives each block DAMACY_ASSEMBLE_ELEMS_PER_BLOCK consecutive elements of
+// one op (each thread takes every 256th of them, so a warp writes 32
+// neighbours at a time).
+#define DAMACY_ASSEMBLE_THREADS 256
+#define DAMACY_ASSEMBLE_ELEMS_PER_THREAD 8
+#define DAMACY_ASSEMBLE_ELEMS_PER_BLOCK (DAMACY_ASSEMBLE_THREADS * DAMACY_ASSEMBLE_ELEMS_PER_THREAD)
+
+// The status kernel is one block of this many threads.
+#define DAMACY_STATUS_THREADS 1024
+
+// Source element types (Go: Dtype). 0 marks a fill op.
+#define DAMACY_FILL 0
+#define DAMACY_BOOL 1
+#define DAMACY_INT8 2
+#define DAMACY_INT16 3
+#define DAMACY_INT32 4
+#define DAMACY_INT64 5
+#define DAMACY_UINT8 6
+#define DAMACY_UINT16 7
+#define DAMACY_UINT32 8
+#define DAMACY_UINT64 9
+#define DAMACY_FLOAT16 10
+#define DAMACY_FLOAT32 11
+#define DAMACY_FLOAT64 12
+// Output only.
+#define DAMACY_BFLOAT16 13
+
+// Blosc shuffle modes of a source chunk (Go: Shuffle).
+#define DAMACY_NOSHUFFLE 0
+#define DAMACY_BYTESHUFFLE 1
+#define DAMACY_BITSHUFFLE 2
+
+// One copy or fill op (Go: Op). Coordinates are in elements. Dimensions at
+// or beyond the launch's rank are zero.
+struct damacy_op {
+  // Arena byte offset of the source chunk's first decoded byte; a multiple
+  // of the source item size. Zero for a fill op.
+  long long src_offset;
+  // Destination sample (the index along the batch's first axis).
+  unsigned int sample;
+  // The first CUDA block of this op; the block table maps blocks
+  // first_block .. first_block+ceil(elems/ELEMS_PER_BLOCK)-1 to this op.
+  unsigned int first_block;
+  // The op's box: its start within the sample and its extents.
+  unsigned int dst_start[DAMACY_MAX_RANK];
+  unsigned int extent[DAMACY_MAX_RANK];
+  // The box's start within the source chunk, the chunk's shape, and the
+  // chunk's element strides per logical dimension (C order, F order and
+  // transpose codecs are all just strides).
+  unsigned int src_start[DAMACY_MAX_RANK];
+  unsigned int src_shape[DAMACY_MAX_RANK];
+  unsigned int src_stride[DAMACY_MAX_RANK];
+  // Blosc layout of a shuffled chunk: its decoded bytes and block size
+  // (the last block holds nbytes - (nblocks-1)*blocksize bytes). Zero when
+  // the chunk is not shuffled.
+  unsigned int nbytes;
+  unsigned int blocksize;
+  // The fill value as float32 bits (fill ops only).
+  unsigned int fill;
+  unsigned char src_dtype;   // DAMACY_FILL or a source dtype
+  unsigned char shuffle;     // DAMACY_NOSHUFFLE, _BYTESHUFFLE, _BITSHUFFLE
+  unsigned char typesize;    // blosc typesize of a shuffled chunk, else 0
+  unsigned char big_endian;  // 1 when multi-byte elements are stored big endian
+};
+
+static_assert(offsetof(struct damacy_op, src_offset) == 0, "src_offset");
+static_assert(offsetof(struct damacy_op, sample) == 8, "sample");
+static_assert(offsetof(struct damacy_op, first_block) == 12, "first_block");
+static_assert(offsetof(struct damacy_op, dst_start) == 16, "dst_start");
+static_assert(offsetof(struct damacy_op, extent) == 48, "extent");
+static_assert(offsetof(struct damacy_op, src_start) == 80, "src_start");
+static_assert(offsetof(struct damacy_op, src_shape) == 112, "src_shape");
+static_assert(offsetof(struct damacy_op, src_stride) == 144, "src_stride");
+static_assert(offsetof(struct damacy_op, nbytes) == 176, "nbytes");
+static_assert(offsetof(struct damacy_op, blocksize) == 180, "blocksize");
+static_assert(offsetof(struct damacy_op, fill) == 184, "fill");
+static_assert(offsetof(struct damacy_op, src_dtype) == 188, "src_dtype");
+static_assert(offsetof(struct damacy_op, shuffle) == 189, "shuffle");
+static_assert(offsetof(struct damacy_op, typesize) == 190, "typesize");
+static_assert(offsetof(struct damacy_op, big_endian) == 191, "big_endian");
+static_assert(sizeof(struct damacy_op) == 192, "sizeof damacy_op");
+
+// The assemble kernel's only parameter (Go: AssembleParams).
+struct damacy_assemble_params {
+  unsigned long long ops;        // device address of the ops
+  unsigned long long block_ops;  // device address of the block table (one op index per block)
+  unsigned long long arena;      // device address of the wave's decoded chunks
+  unsigned long long out;        // device address of the batch tensor [N, *shape]
+  unsigned int rank;             // sample rank, 1..DAMACY_MAX_RANK
+  unsigned int out_dtype;        // DAMACY_FLOAT32 or DAMACY_BFLOAT16
+  unsigned int shape[DAMACY_MAX_RANK];  // sample shape; zero beyond rank
+};
+
+static_assert(offsetof(struct damacy_assemble_params, ops) == 0, "ops");
+static_assert(offsetof(struct damacy_assemble_params, block_ops) == 8, "block_ops");
+static_assert(offsetof(struct damacy_assemble_params, arena) == 16, "arena");
+static_assert(offsetof(struct damacy_assemble_params, out) == 24, "out");
+static_assert(offsetof(struct damacy_assemble_params, rank) == 32, "rank");
+static_assert(offsetof(struct damacy_assemble_params, out_dtype) == 36, "out_dtype");
+static_assert(offsetof(struct damacy_assemble_params, shape) == 40, "shape");
+static_assert(sizeof(struct damacy_assemble_params) == 72, "sizeof damacy_assemble_params");
+
+// The status kernel's result (Go: StatusSummary): how many chunks of the
+// wave failed, and the first of them.
+struct damacy_status_summary {
+  unsigned int bad;            // chunks whose status is not 0 or whose size is wrong
+  unsigned int first;          // index of the first bad chunk; 0xFFFFFFFF when none
+  int status;                  // its nvCOMP status
+  unsigned int reserved;       // zero
+  unsigned long long actual;   // its decoded size
+  unsigned long long expected; // its expected size
+};
+
+static_assert(offsetof(struct damacy_status_summary, bad) == 0, "bad");
+static_assert(offsetof(struct damacy_status_summary, first) == 4, "first");
+static_assert(offsetof(struct damacy_status_summary, status) == 8, "status");
+static_assert(offsetof(struct damacy_status_summary, reserved) == 12, "reserved");
+static_assert(offsetof(struct damacy_status_summary, actual) == 16, "actual");
+static_assert(offsetof(struct damacy_status_summary, expected) == 24, "expected");
+static_assert(sizeof(struct damacy_status_summary) == 32, "sizeof damacy_status_summary");
+
+// The status kernel's only parameter (Go: StatusParams).
+struct damacy_status_params {
+  unsigned long long statuses;  // device address of n int32 nvCOMP statuses
+  unsigned long long actual;    // device address of n uint64 decoded sizes
+  unsigned long long expected;  // device address of n uint64 expected sizes
+  unsigned long long summary;   // device address of one damacy_status_summary
+  unsigned int n;               // number of chunks
+  unsigned int reserved;        // zero
+};
+
+static_assert(offsetof(struct damacy_status_params, statuses) == 0, "statuses");
+static_assert(offsetof(struct damacy_status_params, actual) == 8, "actual");
+static_assert(offsetof(struct damacy_status_params, expected) == 16, "expected");
+static_assert(offsetof(struct damacy_status_params, summary) == 24, "summary");
+static_assert(offsetof(struct damacy_status_params, n) == 32, "n");
+static_assert(offsetof(struct damacy_status_params, reserved) == 36, "reserved");
+static_assert(sizeof(struct damacy_status_params) == 40, "sizeof damacy_status_params");
+
+#endif
