@@ -1,0 +1,72 @@
+// Package cudatest helps tests that need a CUDA GPU: they skip, with the
+// reason, where there is none.
+//
+// Set DAMACY_REQUIRE_GPU=1 on a GPU host to turn those skips into
+// failures, so that a broken driver setup cannot pass as "skipped".
+package cudatest
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/damacy-go/damacy/cuda"
+)
+
+// RequireEnv names the environment variable that, set to 1, makes
+// MustHaveGPU fail instead of skip.
+const RequireEnv = "DAMACY_REQUIRE_GPU"
+
+// probe loads the driver once and checks that device 0 exists.
+var probe = sync.OnceValues(func() (cuda.Device, error) {
+	if err := cuda.Init(); err != nil {
+		return 0, err
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, errors.New("cuda: driver loaded but it reports no devices")
+	}
+	return cuda.GetDevice(0)
+})
+
+// HasGPU reports whether the driver loads and device 0 exists; the error
+// says why not.
+func HasGPU() error {
+	_, err := probe()
+	return err
+}
+
+// MustHaveGPU returns device 0, or skips the test with the probe's error
+// (fails it when DAMACY_REQUIRE_GPU=1).
+func MustHaveGPU(t testing.TB) cuda.Device {
+	t.Helper()
+	dev, err := probe()
+	if err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("no usable CUDA GPU, and %s=1: %v", RequireEnv, err)
+		}
+		t.Skipf("no usable CUDA GPU: %v", err)
+	}
+	return dev
+}
+
+// Executor returns an executor for device 0, closed when the test ends,
+// or skips like MustHaveGPU.
+func Executor(t testing.TB) *cuda.Executor {
+	t.Helper()
+	dev := MustHaveGPU(t)
+	e, err := cuda.NewExecutor(dev)
+	if err != nil {
+		t.Fatalf("cuda.NewExecutor(%d): %v", dev, err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("Executor.Close: %v", err)
+		}
+	})
+	return e
+}
