@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -292,5 +294,53 @@ func TestTorchConsumer(t *testing.T) {
 			}
 			checkLive(t, "after del and gc.collect", m, &o, 1)
 		})
+	}
+}
+
+// TestDeleterOnPythonThread drops the last reference on a thread that
+// Python created, so the deleter runs there, as it would when a consumer's
+// worker thread frees a batch.
+func TestDeleterOnPythonThread(t *testing.T) {
+	in := consumer(t)
+	pyembed.MustImport(t, in, "threading", true)
+	var o countOwner
+	var tid atomic.Int64
+	owner := ReleaseFunc(func() { tid.Store(int64(syscall.Gettid())); o.Release() })
+	data := cBuffer(t, mustLoadC(t), newRand(t), 4*20)
+	d := Desc{Data: data, Device: Device{Type: CPU}, DType: Scalar(Float, 32), Shape: []int64{4, 5}}
+	m, err := Export(d, Versioned, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Delete()
+	if err := in.SetCapsule("cap", m.Ptr(), m.Format().CapsuleName()); err != nil {
+		t.Fatal(err)
+	}
+	err = in.Exec(`
+a = np.from_dlpack(Producer(cap, (1, 0)))
+del cap
+def drop():
+    global a, dropper
+    dropper = threading.get_native_id()
+    del a
+    collect()
+th = threading.Thread(target=drop)
+th.start()
+th.join()
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLive(t, "after the thread dropped the array", m, &o, 1)
+	got, err := in.Eval("'%d %d' % (dropper, threading.get_native_id())")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropper, main int64
+	if _, err := fmt.Sscan(got, &dropper, &main); err != nil {
+		t.Fatalf("thread ids %q: %v", got, err)
+	}
+	if tid.Load() != dropper || dropper == main {
+		t.Fatalf("deleter ran on thread %d; the dropping thread is %d, the interpreter's %d", tid.Load(), dropper, main)
 	}
 }
