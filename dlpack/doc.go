@@ -3,8 +3,9 @@
 // exports tensors in C memory whose deleter releases the owner.
 //
 // Export writes one malloc'd block per tensor: the managed struct, then
-// the shape and the C-order strides (always filled, as DLPack 1.2
-// requires). The data is not copied. The block's deleter is one of two C
+// the shape and the C-order strides (filled for every rank above 0, as
+// DLPack 1.2 requires). The data is not copied: the Owner keeps it alive
+// (for a pipeline batch, a reference on the batch slot) until Release. The block's deleter is one of two C
 // callbacks created once per process; it finds the export through the
 // block's address and the id in manager_ctx, frees the block and calls
 // the Owner's Release exactly once. It is safe to call from any thread.

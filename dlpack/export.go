@@ -15,7 +15,9 @@ var (
 	ErrNoMemory = errors.New("dlpack: out of C memory")
 )
 
-// MaxDims is the largest rank Export accepts.
+// MaxDims is the largest rank Export accepts. DLPack sets no limit; this
+// one is far above any tensor the project makes, and keeps a corrupt
+// shape from asking for a huge block.
 const MaxDims = 32
 
 // Format selects the managed struct an export is laid out as.
@@ -23,9 +25,9 @@ type Format int
 
 const (
 	// Versioned is DLManagedTensorVersioned (DLPack 1.x), for a capsule
-	// named "dltensor_versioned". It is the zero Format: consumers that
-	// pass max_version >= (1, 0) to __dlpack__ (PyTorch 2.4+, NumPy 2.1+,
-	// CuPy 13+) take it.
+	// named "dltensor_versioned". It is the zero Format: what consumers
+	// that pass max_version >= (1, 0) to __dlpack__ take (tested with
+	// PyTorch 2.11 and NumPy 2.4 and 2.5).
 	Versioned Format = iota
 	// Legacy is DLManagedTensor (DLPack 0.x), for a capsule named
 	// "dltensor": what older consumers, and __dlpack__ calls without
