@@ -1,0 +1,607 @@
+package nvcomp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/damacy-go/damacy/cuda"
+	"github.com/damacy-go/damacy/cuda/cudatest"
+	"github.com/klauspost/compress/zstd"
+)
+
+// gpuProbe reports why there is no usable GPU (nil when there is one).
+func gpuProbe() error { return cudatest.HasGPU() }
+
+// gpuEnv returns the nvCOMP library and an executor for device 0, or skips
+// the test naming what is missing.
+func gpuEnv(t testing.TB) (*Library, *cuda.Executor) {
+	t.Helper()
+	e := cudatest.Executor(t)
+	return mustLoad(t), e
+}
+
+// gpuChunk is one chunk of a test batch and what nvCOMP made of it.
+type gpuChunk struct {
+	name     string
+	in       []byte // compressed
+	capacity int    // output capacity given to nvCOMP
+	shift    int    // bytes added to the input's and output's offsets (alignment tests)
+
+	out    []byte // the capacity bytes of the output buffer after decoding
+	size   uint64 // reported decompressed size
+	status Status
+}
+
+// decodeOnGPU runs one batch through dec: it lays the chunks out in one
+// input and one output allocation (each chunk at a 256-byte aligned offset
+// plus its shift), fills the output with a random byte so that unwritten
+// bytes show, decodes on a fresh stream and reads everything back. The
+// stream is synchronised under a watchdog: a decode that does not finish in
+// a minute panics with the batch's name rather than hang the run.
+func decodeOnGPU(t testing.TB, e *cuda.Executor, dec *Decoder, what string, chunks []*gpuChunk) {
+	t.Helper()
+	n := len(chunks)
+	var inOff, outOff []int
+	var inTotal, outTotal, capTotal int
+	for _, c := range chunks {
+		inOff = append(inOff, inTotal+c.shift)
+		outOff = append(outOff, outTotal+c.shift)
+		inTotal += (c.shift + len(c.in) + 255) &^ 255
+		outTotal += (c.shift + c.capacity + 255) &^ 255
+		capTotal += c.capacity
+	}
+	inHost := make([]byte, inTotal)
+	for i, c := range chunks {
+		copy(inHost[inOff[i]:], c.in)
+	}
+	fill := byte(rand.Uint32())
+	err := e.Do(func() error {
+		var in, out, meta cuda.DevicePtr
+		defer in.Free()
+		defer out.Free()
+		defer meta.Free()
+		var err error
+		if in, err = cuda.MemAlloc(max(inTotal, 1)); err != nil {
+			return err
+		}
+		if out, err = cuda.MemAlloc(max(outTotal, 1)); err != nil {
+			return err
+		}
+		if meta, err = cuda.MemAlloc(n * 8 * 6); err != nil {
+			return err
+		}
+		if err := cuda.CopyHtoD(in, inHost); err != nil {
+			return err
+		}
+		if err := cuda.MemsetD8(out, fill, outTotal); err != nil {
+			return err
+		}
+		m := make([]uint64, 6*n) // in ptrs, in sizes, out ptrs, capacities, sizes, statuses (int32)
+		for i, c := range chunks {
+			m[i] = uint64(in) + uint64(inOff[i])
+			m[n+i] = uint64(len(c.in))
+			m[2*n+i] = uint64(out) + uint64(outOff[i])
+			m[3*n+i] = uint64(c.capacity)
+			m[4*n+i] = 0xDEADBEEF
+			m[5*n+i] = 0x7777777777777777
+		}
+		if err := cuda.CopyHtoD(meta, u64bytes(m)); err != nil {
+			return err
+		}
+		b := &Batch{
+			N:                n,
+			CompressedPtrs:   meta,
+			CompressedBytes:  meta + cuda.DevicePtr(8*n),
+			OutputPtrs:       meta + cuda.DevicePtr(16*n),
+			OutputCapacities: meta + cuda.DevicePtr(24*n),
+			TotalCapacity:    capTotal,
+			OutputSizes:      meta + cuda.DevicePtr(32*n),
+			Statuses:         meta + cuda.DevicePtr(40*n),
+		}
+		s, err := cuda.NewStream(cuda.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		if err := dec.Decode(s, b); err != nil {
+			return err
+		}
+		watchdog := time.AfterFunc(time.Minute, func() {
+			panic(fmt.Sprintf("nvcomp test: %s: decoding %d chunks did not finish in a minute", what, n))
+		})
+		err = s.Synchronize()
+		watchdog.Stop()
+		if err != nil {
+			return err
+		}
+		outHost := make([]byte, outTotal)
+		if err := cuda.CopyDtoH(outHost, out); err != nil {
+			return err
+		}
+		if err := cuda.CopyDtoH(u64bytes(m), meta); err != nil {
+			return err
+		}
+		for i, c := range chunks {
+			c.out = outHost[outOff[i] : outOff[i]+c.capacity]
+			c.size = m[4*n+i]
+			c.status = Status(int32(uint32(m[5*n+i])))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func u64bytes(m []uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(m))), 8*len(m))
+}
+
+// newDecoder makes a decoder on the executor and closes it when the test
+// ends.
+func newDecoder(t testing.TB, lib *Library, e *cuda.Executor, cfg DecoderConfig) *Decoder {
+	t.Helper()
+	var dec *Decoder
+	if err := e.Do(func() (err error) { dec, err = lib.NewDecoder(cfg); return err }); err != nil {
+		t.Fatalf("NewDecoder(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() {
+		if err := e.Do(dec.Close); err != nil {
+			t.Errorf("Decoder.Close: %v", err)
+		}
+	})
+	return dec
+}
+
+// checkDecoded requires that every chunk decoded, with success and the
+// right size, to its expected bytes.
+func checkDecoded(t testing.TB, chunks []*gpuChunk, want [][]byte) {
+	t.Helper()
+	for i, c := range chunks {
+		if err := CheckChunk(i, c.status, c.size, len(want[i])); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if !bytes.Equal(c.out[:len(want[i])], want[i]) {
+			t.Errorf("%s: output differs from the source at byte %d of %d", c.name, firstDiff(c.out, want[i]), len(want[i]))
+		}
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// testSources returns chunks of fresh data of the given size: uniformly
+// random, smooth uint16 with 4 bits of noise, and the latter byte-shuffled.
+func testSources(r *rand.Rand, size int) map[string][]byte {
+	s := smoothU16(r, size+1, 256, 4)[:size]
+	return map[string][]byte{
+		"random":   randomBytes(r, size),
+		"smooth":   s,
+		"shuffled": shuffle2(s),
+	}
+}
+
+// TestGPUDecodeZstd decodes klauspost frames of every level, with and
+// without checksums, of three sizes and three kinds of data, in one batch
+// per size, and compares nvCOMP's output with the source byte for byte.
+func TestGPUDecodeZstd(t *testing.T) {
+	lib, e := gpuEnv(t)
+	r := newRand(t)
+	for _, size := range []int{64 << 10, 256<<10 + 6, 1 << 20} {
+		var chunks []*gpuChunk
+		var want [][]byte
+		for kind, src := range testSources(r, size) {
+			for _, level := range zstdLevels {
+				for _, sum := range []bool{false, true} {
+					frame := zstdEncode(t, src, level, sum)
+					if ZstdGPUReason(frame, size) != ZstdGPU {
+						t.Fatalf("klauspost frame %s/%v: %v", kind, level, ZstdGPUReason(frame, size))
+					}
+					chunks = append(chunks, &gpuChunk{name: fmt.Sprintf("%s/%d/%v/checksum=%v", kind, size, level, sum), in: frame, capacity: size})
+					want = append(want, src)
+				}
+			}
+		}
+		dec := newDecoder(t, lib, e, DecoderConfig{Algorithm: Zstd, MaxChunks: len(chunks), MaxChunkBytes: size})
+		decodeOnGPU(t, e, dec, fmt.Sprintf("zstd %d", size), chunks)
+		checkDecoded(t, chunks, want)
+	}
+}
+
+// TestGPUDecodeLZ4 decodes fast and HC LZ4 blocks of three sizes and three
+// kinds of data. When nvCOMP allows byte alignment, half the chunks sit at
+// odd offsets in the input and output allocations.
+func TestGPUDecodeLZ4(t *testing.T) {
+	lib, e := gpuEnv(t)
+	r := newRand(t)
+	align, err := lib.Alignment(LZ4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{64 << 10, 256<<10 + 6, 1 << 20} {
+		var chunks []*gpuChunk
+		var want [][]byte
+		for kind, src := range testSources(r, size) {
+			for _, hc := range []bool{false, true} {
+				for shift := range 2 {
+					if shift > 0 && (align.Input > 1 || align.Output > 1) {
+						continue
+					}
+					shift += 2 * r.IntN(4) * shift // 0, or 1, 3, 5 or 7
+					chunks = append(chunks, &gpuChunk{name: fmt.Sprintf("%s/%d/hc=%v/shift=%d", kind, size, hc, shift),
+						in: lz4Encode(t, src, hc), capacity: size, shift: shift})
+					want = append(want, src)
+				}
+			}
+		}
+		dec := newDecoder(t, lib, e, DecoderConfig{Algorithm: LZ4, MaxChunks: len(chunks), MaxChunkBytes: size})
+		decodeOnGPU(t, e, dec, fmt.Sprintf("lz4 %d", size), chunks)
+		checkDecoded(t, chunks, want)
+	}
+}
+
+// TestDecodeAllocs checks that Decode allocates no Go memory on amd64 (the
+// SyscallN path), and measures its host cost.
+func TestDecodeAllocs(t *testing.T) {
+	lib, e := gpuEnv(t)
+	r := newRand(t)
+	const n, size = 64, 64 << 10
+	dec := newDecoder(t, lib, e, DecoderConfig{Algorithm: LZ4, MaxChunks: n, MaxChunkBytes: size})
+	src := smoothU16(r, size, 256, 4)
+	block := lz4Encode(t, src, false)
+	err := e.Do(func() error {
+		in, err := cuda.MemAlloc(len(block))
+		if err != nil {
+			return err
+		}
+		defer in.Free()
+		out, err := cuda.MemAlloc(n * size)
+		if err != nil {
+			return err
+		}
+		defer out.Free()
+		meta, err := cuda.MemAlloc(6 * 8 * n)
+		if err != nil {
+			return err
+		}
+		defer meta.Free()
+		m := make([]uint64, 6*n)
+		for i := range n {
+			m[i], m[n+i], m[2*n+i], m[3*n+i] = uint64(in), uint64(len(block)), uint64(out)+uint64(i*size), size
+		}
+		if err := cuda.CopyHtoD(in, block); err != nil {
+			return err
+		}
+		if err := cuda.CopyHtoD(meta, u64bytes(m)); err != nil {
+			return err
+		}
+		b := &Batch{N: n, CompressedPtrs: meta, CompressedBytes: meta + 8*n, OutputPtrs: meta + 16*n,
+			OutputCapacities: meta + 24*n, TotalCapacity: n * size, OutputSizes: meta + 32*n, Statuses: meta + 40*n}
+		s, err := cuda.NewStream(cuda.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		var callErr error
+		allocs := testing.AllocsPerRun(100, func() {
+			if err := dec.Decode(s, b); err != nil {
+				callErr = err
+			}
+		})
+		if callErr != nil {
+			return callErr
+		}
+		start := time.Now()
+		const calls = 1000
+		for range calls {
+			if err := dec.Decode(s, b); err != nil {
+				return err
+			}
+		}
+		enqueue := time.Since(start) / calls
+		if err := s.Synchronize(); err != nil {
+			return err
+		}
+		t.Logf("Decode of %d LZ4 chunks: %.1f allocations, %v of host time per call (enqueue only)", n, allocs, enqueue)
+		if syscallPassesOpts && allocs != 0 {
+			t.Errorf("Decode allocates %.1f times per call; want 0", allocs)
+		}
+		if err := cuda.CopyDtoH(u64bytes(m), meta); err != nil {
+			return err
+		}
+		for i := range n {
+			if err := CheckChunk(i, Status(int32(uint32(m[5*n+i]))), m[4*n+i], size); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDecoderRejects checks Decode's host-side validation and the
+// decoder's limits; no work reaches the GPU.
+func TestDecoderRejects(t *testing.T) {
+	lib, e := gpuEnv(t)
+	dec := newDecoder(t, lib, e, DecoderConfig{Algorithm: Zstd, MaxChunks: 8, MaxChunkBytes: 1 << 16})
+	if got := dec.Config().MaxTotalBytes; got != 8<<16 {
+		t.Errorf("MaxTotalBytes = %d; want %d", got, 8<<16)
+	}
+	t.Logf("zstd decoder for 8 × 64 KiB: temp %d bytes, alignment %+v", dec.TempBytes(), dec.Alignment())
+	ok := Batch{N: 8, CompressedPtrs: 0x1000, CompressedBytes: 0x2000, OutputPtrs: 0x3000, OutputCapacities: 0x4000,
+		TotalCapacity: 8 << 16, OutputSizes: 0x5000, Statuses: 0x6000}
+	tests := []struct {
+		what string
+		edit func(*Batch)
+	}{
+		{"no chunks", func(b *Batch) { b.N = 0 }},
+		{"too many chunks", func(b *Batch) { b.N = 9 }},
+		{"total over the maximum", func(b *Batch) { b.TotalCapacity = 8<<16 + 1 }},
+		{"negative total", func(b *Batch) { b.TotalCapacity = -1 }},
+		{"null statuses", func(b *Batch) { b.Statuses = 0 }},
+		{"misaligned sizes", func(b *Batch) { b.OutputSizes = 0x5004 }},
+		{"misaligned statuses", func(b *Batch) { b.Statuses = 0x6002 }},
+	}
+	for _, tt := range tests {
+		b := ok
+		tt.edit(&b)
+		if err := dec.check(&b); err == nil {
+			t.Errorf("%s: Decode accepted %+v", tt.what, b)
+		}
+	}
+	if err := dec.check(&ok); err != nil {
+		t.Errorf("check(%+v) = %v", ok, err)
+	}
+	for _, cfg := range []DecoderConfig{
+		{Algorithm: Zstd, MaxChunks: 0, MaxChunkBytes: 1},
+		{Algorithm: Zstd, MaxChunks: 1, MaxChunkBytes: 1 << 31},
+		{Algorithm: Algorithm(7), MaxChunks: 1, MaxChunkBytes: 1},
+		{Algorithm: LZ4, MaxChunks: 4, MaxChunkBytes: 100, MaxTotalBytes: 401},
+	} {
+		err := e.Do(func() error {
+			d, err := lib.NewDecoder(cfg)
+			if err == nil {
+				d.Close()
+			}
+			return err
+		})
+		if err == nil {
+			t.Errorf("NewDecoder(%+v) succeeded", cfg)
+		}
+	}
+	var nilLib *Library
+	if _, err := nilLib.NewDecoder(DecoderConfig{Algorithm: Zstd, MaxChunks: 1, MaxChunkBytes: 1}); err == nil {
+		t.Error("NewDecoder on a nil library succeeded")
+	}
+	d := newDecoder(t, lib, e, DecoderConfig{Algorithm: LZ4, MaxChunks: 1, MaxChunkBytes: 1})
+	if err := e.Do(d.Close); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Decode(0, &ok); err == nil {
+		t.Error("Decode after Close succeeded")
+	}
+}
+
+// frameFeature is one experiment of TestZstdFrameFeatures.
+type frameFeature struct {
+	name     string
+	chunk    []byte
+	capacity int
+	want     []byte // the correct decoding (what the CPU decoder gives), nil if it fails
+}
+
+// zstdFeatureCases builds the chunks whose handling by nvCOMP the package
+// documentation reports.
+func zstdFeatureCases(t testing.TB, r *rand.Rand) []frameFeature {
+	size := 200<<10 + 2*r.IntN(1000)
+	a := smoothU16(r, size, 512, 4)
+	b := smoothU16(r, size/2, 512, 3)
+	ab := append(append([]byte{}, a...), b...)
+	fa, fb := zstdEncode(t, a, zstd.SpeedDefault, false), zstdEncode(t, b, zstd.SpeedDefault, false)
+	na, nb := zstdEncodeNoSize(t, a, zstd.SpeedDefault, false), zstdEncodeNoSize(t, b, zstd.SpeedDefault, false)
+	ca := zstdEncode(t, a, zstd.SpeedDefault, true)
+	badSum := append([]byte{}, ca...)
+	badSum[len(badSum)-1-r.IntN(4)] ^= 1 << r.IntN(8)
+	// Random data at the fastest level is stored in raw blocks: a flipped
+	// payload byte still parses, and only the checksum can tell.
+	raw := randomBytes(r, size)
+	craw := zstdEncode(t, raw, zstd.SpeedFastest, true)
+	badData := append([]byte{}, craw...)
+	badData[len(badData)/2] ^= 0x40
+	if f, reason := scanZstdFrame(badData); reason != ZstdGPU || !f.checksum {
+		t.Fatalf("corrupted raw-block frame scans as %+v, %v", f, reason)
+	}
+	skip := skippableFrame(r, 100)
+	wide := withWindow(t, fa, 27)
+	cases := []frameFeature{
+		{name: "one frame", chunk: fa, capacity: size},
+		{name: "no content size, capacity = size", chunk: na, capacity: size},
+		{name: "no content size, capacity = size + 4 KiB", chunk: na, capacity: size + 4096},
+		{name: "no content size, capacity = size - 1", chunk: na, capacity: size - 1},
+		{name: "content size, capacity = size + 4 KiB", chunk: fa, capacity: size + 4096},
+		{name: "content size, capacity = size - 1", chunk: fa, capacity: size - 1},
+		{name: "two frames with content sizes", chunk: cat(fa, fb), capacity: len(ab)},
+		{name: "two frames without content sizes", chunk: cat(na, nb), capacity: len(ab)},
+		{name: "checksum, good", chunk: ca, capacity: size},
+		{name: "checksum, corrupted checksum", chunk: badSum, capacity: size},
+		{name: "checksum, corrupted raw block", chunk: badData, capacity: size},
+		{name: "leading skippable frame", chunk: cat(skip, fa), capacity: size},
+		{name: "trailing skippable frame", chunk: cat(fa, skip), capacity: size},
+		{name: "content size with a 128 MiB window", chunk: wide, capacity: size},
+	}
+	for i := range cases {
+		c := &cases[i]
+		if got, err := cpuZstd(c.chunk, c.capacity); err == nil {
+			c.want = got
+		}
+	}
+	return cases
+}
+
+func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// withWindow rewrites a single-segment frame with a content size into a
+// windowed frame that keeps the content size and declares a window of
+// 2^log bytes.
+func withWindow(t testing.TB, frame []byte, log int) []byte {
+	t.Helper()
+	fhd := frame[4]
+	if fhd>>5&1 != 1 || fhd>>6 == 0 {
+		t.Fatalf("frame header %#x is not single-segment with a content size", fhd)
+	}
+	out := binary.LittleEndian.AppendUint32(nil, zstdMagic)
+	out = append(out, fhd&^(1<<5), byte((log-10)<<3))
+	return append(out, frame[5:]...)
+}
+
+// TestZstdFrameFeatures runs nvCOMP on zstd chunks outside the plain case
+// (frames without content size, several frames, checksums, skippable
+// frames, wide windows) and logs what it does next to what the CPU decoder
+// does. It requires what ZstdGPUReason relies on: every chunk that the
+// scanner sends to the GPU decodes correctly there.
+func TestZstdFrameFeatures(t *testing.T) {
+	lib, e := gpuEnv(t)
+	r := newRand(t)
+	cases := zstdFeatureCases(t, r)
+	var chunks []*gpuChunk
+	maxCap := 0
+	for _, c := range cases {
+		chunks = append(chunks, &gpuChunk{name: c.name, in: c.chunk, capacity: c.capacity})
+		maxCap = max(maxCap, c.capacity)
+	}
+	dec := newDecoder(t, lib, e, DecoderConfig{Algorithm: Zstd, MaxChunks: len(chunks), MaxChunkBytes: maxCap})
+	decodeOnGPU(t, e, dec, "zstd frame features", chunks)
+	for i, c := range cases {
+		g := chunks[i]
+		cpu := "error"
+		if c.want != nil {
+			cpu = fmt.Sprintf("%d bytes", len(c.want))
+		}
+		correct := c.want != nil && g.status == StatusSuccess && g.size == uint64(len(c.want)) && bytes.Equal(g.out[:g.size], c.want)
+		// What a zarr reader, whose expected size is the capacity, would
+		// accept after checking status and size.
+		accepted := CheckChunk(i, g.status, g.size, c.capacity) == nil
+		reason := ZstdGPUReason(c.chunk, c.capacity)
+		t.Logf("nvCOMP %s: %-45s gpu: %-28v size %-7d correct=%-5v accepted=%-5v | cpu: %-12s | route: %v",
+			lib.Version, c.name, g.status, g.size, correct, accepted, cpu, reason)
+		if reason == ZstdGPU && !correct {
+			t.Errorf("%s: routed to the GPU, but nvCOMP gives %v, %d bytes", c.name, g.status, g.size)
+		}
+	}
+}
+
+// corrupt returns damaged variants of a valid chunk: truncations, bit
+// flips, and, through the capacity, wrong output sizes.
+func corrupt(r *rand.Rand, name string, chunk []byte, size int) []frameFeature {
+	var out []frameFeature
+	for range 4 {
+		n := r.IntN(len(chunk))
+		out = append(out, frameFeature{name: fmt.Sprintf("%s truncated to %d", name, n), chunk: chunk[:n], capacity: size})
+	}
+	for range 12 {
+		c := append([]byte{}, chunk...)
+		flips := 1 + r.IntN(8)
+		for range flips {
+			c[r.IntN(len(c))] ^= 1 << r.IntN(8)
+		}
+		out = append(out, frameFeature{name: fmt.Sprintf("%s with %d bit flips", name, flips), chunk: c, capacity: size})
+	}
+	// Damage in the first bytes hits the headers and the first sequences.
+	for range 4 {
+		c := append([]byte{}, chunk...)
+		c[r.IntN(min(len(c), 24))] ^= 1 << r.IntN(8)
+		out = append(out, frameFeature{name: name + " with a flip in its first 24 bytes", chunk: c, capacity: size})
+	}
+	for _, capacity := range []int{size - 1, size / 2, 1} {
+		out = append(out, frameFeature{name: fmt.Sprintf("%s into %d bytes", name, capacity), chunk: chunk, capacity: capacity})
+	}
+	return out
+}
+
+// TestGPUCorruptInput decodes damaged zstd and LZ4 chunks. It requires that
+// nvCOMP neither crashes nor hangs (a watchdog panics after a minute), that
+// every chunk it reports as decoded to the expected size holds exactly what
+// the CPU decoder makes of it (no wrong data behind a success), and that a
+// clean batch decodes correctly afterwards (the context is not poisoned).
+// It logs how often nvCOMP and the CPU decoders disagree.
+func TestGPUCorruptInput(t *testing.T) {
+	lib, e := gpuEnv(t)
+	r := newRand(t)
+	for _, alg := range []Algorithm{Zstd, LZ4} {
+		var cases []frameFeature
+		size := 128 << 10
+		for kind, src := range testSources(r, size) {
+			for variant := range 2 {
+				var chunk []byte
+				if alg == Zstd {
+					chunk = zstdEncode(t, src, zstdLevels[r.IntN(len(zstdLevels))], variant == 1)
+				} else {
+					chunk = lz4Encode(t, src, variant == 1)
+				}
+				cases = append(cases, corrupt(r, fmt.Sprintf("%s/%v/%d", kind, alg, variant), chunk, size)...)
+			}
+		}
+		var chunks []*gpuChunk
+		for _, c := range cases {
+			chunks = append(chunks, &gpuChunk{name: c.name, in: c.chunk, capacity: c.capacity})
+		}
+		dec := newDecoder(t, lib, e, DecoderConfig{Algorithm: alg, MaxChunks: len(chunks), MaxChunkBytes: size})
+		decodeOnGPU(t, e, dec, fmt.Sprintf("corrupt %v", alg), chunks)
+		var bothFail, bothOK, gpuOnlyFails, gpuAcceptsInvalid int
+		for i, c := range cases {
+			g := chunks[i]
+			var cpu []byte
+			var cpuErr error
+			if alg == Zstd {
+				cpu, cpuErr = cpuZstd(c.chunk, c.capacity)
+			} else {
+				cpu, cpuErr = cpuLZ4(c.chunk, c.capacity)
+			}
+			cpuOK := cpuErr == nil && len(cpu) == c.capacity
+			gpuOK := CheckChunk(i, g.status, g.size, c.capacity) == nil
+			switch {
+			case gpuOK && cpuOK:
+				bothOK++
+				if !bytes.Equal(g.out, cpu) {
+					t.Errorf("%s: nvCOMP and the CPU both decode %d bytes, but they differ at byte %d", c.name, c.capacity, firstDiff(g.out, cpu))
+				}
+			case gpuOK:
+				gpuAcceptsInvalid++
+				t.Errorf("%s: nvCOMP reports success with %d bytes; the CPU decoder says %v (%d bytes)", c.name, g.size, cpuErr, len(cpu))
+			case cpuOK:
+				gpuOnlyFails++
+				t.Logf("%s: nvCOMP gives %v, %d bytes; the CPU decodes it", c.name, g.status, g.size)
+			default:
+				bothFail++
+			}
+		}
+		t.Logf("nvCOMP %s %v: %d damaged chunks: both fail %d, both decode (identically) %d, only nvCOMP fails %d, only the CPU fails %d",
+			lib.Version, alg, len(cases), bothFail, bothOK, gpuOnlyFails, gpuAcceptsInvalid)
+
+		// The context must still work.
+		src := smoothU16(r, size, 256, 4)
+		var clean []byte
+		if alg == Zstd {
+			clean = zstdEncode(t, src, zstd.SpeedDefault, false)
+		} else {
+			clean = lz4Encode(t, src, false)
+		}
+		after := []*gpuChunk{{name: "clean chunk after the damaged batch", in: clean, capacity: size}}
+		decodeOnGPU(t, e, dec, "clean after corrupt", after)
+		checkDecoded(t, after, [][]byte{src})
+	}
+}

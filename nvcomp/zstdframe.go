@@ -1,0 +1,245 @@
+package nvcomp
+
+import (
+	"encoding/binary"
+	"strconv"
+)
+
+// ZstdReason says whether a zstd chunk may be sent to nvCOMP, and if not,
+// why it must be decoded on the CPU. ZstdGPU (zero) means the GPU may
+// take it.
+type ZstdReason uint8
+
+// Reasons returned by ZstdGPUReason.
+const (
+	// ZstdGPU: one frame, with a content size equal to the expected size,
+	// no dictionary; nvCOMP decodes it.
+	ZstdGPU ZstdReason = iota
+	// ZstdEmpty: the expected size is zero (nothing to decode on a GPU).
+	ZstdEmpty
+	// ZstdTruncated: the chunk ends inside a frame header, a block or a
+	// checksum, or a frame has no last block.
+	ZstdTruncated
+	// ZstdNotZstd: no zstd frame magic where a frame must start.
+	ZstdNotZstd
+	// ZstdReserved: a reserved bit of a frame header, or a reserved block
+	// type, is set; the data is invalid.
+	ZstdReserved
+	// ZstdDictionary: a frame needs a dictionary, which the batched API
+	// cannot take.
+	ZstdDictionary
+	// ZstdNoContentSize: a frame omits Frame_Content_Size (tensorstore and
+	// other streaming writers do this).
+	ZstdNoContentSize
+	// ZstdMultiFrame: more than one zstd frame.
+	ZstdMultiFrame
+	// ZstdSkippable: the chunk holds a skippable frame.
+	ZstdSkippable
+	// ZstdSizeMismatch: the frame's content size differs from the expected
+	// size; the chunk is corrupt or of another shape, and the CPU decoder
+	// reports it.
+	ZstdSizeMismatch
+	// ZstdTooLarge: the chunk or its content exceeds nvCOMP's 2^31-1 byte
+	// limit per chunk.
+	ZstdTooLarge
+)
+
+// String returns a short lowercase phrase for logs and statistics.
+func (r ZstdReason) String() string {
+	switch r {
+	case ZstdGPU:
+		return "gpu"
+	case ZstdEmpty:
+		return "empty"
+	case ZstdTruncated:
+		return "truncated"
+	case ZstdNotZstd:
+		return "not zstd"
+	case ZstdReserved:
+		return "reserved bits set"
+	case ZstdDictionary:
+		return "needs a dictionary"
+	case ZstdNoContentSize:
+		return "no content size"
+	case ZstdMultiFrame:
+		return "several frames"
+	case ZstdSkippable:
+		return "skippable frame"
+	case ZstdSizeMismatch:
+		return "content size mismatch"
+	case ZstdTooLarge:
+		return "too large"
+	}
+	return "nvcomp.ZstdReason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Frame magics (RFC 8878 §3.1.1, §3.1.2).
+const (
+	zstdMagic          = 0xFD2FB528
+	skippableMagicMask = 0xFFFFFFF0
+	skippableMagic     = 0x184D2A50
+)
+
+// ZstdGPUCompatible reports whether chunk, which must decode to want bytes,
+// may be decoded by nvCOMP. It is ZstdGPUReason(chunk, want) == ZstdGPU.
+func ZstdGPUCompatible(chunk []byte, want int) bool {
+	return ZstdGPUReason(chunk, want) == ZstdGPU
+}
+
+// ZstdGPUReason decides from the frame headers and block headers alone
+// whether nvCOMP may decode chunk, a zarr zstd chunk that must decode to
+// exactly want bytes. It reads the frame header and then hops over the
+// blocks by their 3-byte headers, so it costs a few dozen byte loads per
+// 128 KiB of data and never allocates.
+//
+// Only the plain case goes to the GPU: exactly one frame with a
+// Frame_Content_Size equal to want, no dictionary, and every block and the
+// optional checksum inside the chunk. Everything else is routed to the CPU
+// decoder, which either decodes it or reports the error. What nvCOMP does
+// with the other cases, measured on an H100 with nvCOMP 5.3.0 and 6.0.0:
+//
+//   - frames without Frame_Content_Size (tensorstore's output): decoded
+//     correctly, with the right size; routed to the CPU anyway because
+//     the size cannot be checked against want before decoding;
+//   - several frames in one chunk: only the first frame is decoded and the
+//     status is success, so the result is short (wrong data were it not
+//     for the size check): CPU;
+//   - frames with a content checksum: decoded; a corrupted checksum is not
+//     detected (status success), so checksums are verified on the CPU only
+//     when the chunk goes there;
+//   - skippable frames: a leading one fails with a per-chunk error, a
+//     trailing one is ignored; CPU.
+//
+// The measurements behind this list are in the package's GPU tests
+// (TestZstdFrameFeatures) and are rerun on each GPU test run.
+func ZstdGPUReason(chunk []byte, want int) ZstdReason {
+	if want <= 0 {
+		return ZstdEmpty
+	}
+	if int64(want) > Zstd.maxChunkBytes() || int64(len(chunk)) > Zstd.maxChunkBytes() {
+		return ZstdTooLarge
+	}
+	f, r := scanZstdFrame(chunk)
+	if r != ZstdGPU {
+		return r
+	}
+	if f.dictionary {
+		return ZstdDictionary
+	}
+	if f.contentSize < 0 {
+		return ZstdNoContentSize
+	}
+	if f.end < len(chunk) {
+		rest := chunk[f.end:]
+		if len(rest) >= 4 && binary.LittleEndian.Uint32(rest)&skippableMagicMask == skippableMagic {
+			return ZstdSkippable
+		}
+		return ZstdMultiFrame
+	}
+	if f.contentSize != int64(want) {
+		return ZstdSizeMismatch
+	}
+	return ZstdGPU
+}
+
+// zstdFrame is what scanZstdFrame learns about the first frame of a chunk.
+type zstdFrame struct {
+	end         int   // offset just past the frame (after its checksum)
+	contentSize int64 // Frame_Content_Size, or -1 when the header omits it
+	checksum    bool  // Content_Checksum_flag
+	dictionary  bool  // a non-zero Dictionary_ID
+}
+
+// scanZstdFrame parses the frame header at the start of b (RFC 8878
+// §3.1.1.1) and hops over its blocks (§3.1.1.2). It returns ZstdGPU as the
+// reason when the frame is well formed as far as headers tell.
+func scanZstdFrame(b []byte) (zstdFrame, ZstdReason) {
+	var f zstdFrame
+	if len(b) < 4 {
+		return f, ZstdTruncated
+	}
+	magic := binary.LittleEndian.Uint32(b)
+	if magic&skippableMagicMask == skippableMagic {
+		return f, ZstdSkippable
+	}
+	if magic != zstdMagic {
+		return f, ZstdNotZstd
+	}
+	p := 4
+	if len(b) < p+1 {
+		return f, ZstdTruncated
+	}
+	fhd := b[p]
+	p++
+	fcsFlag := fhd >> 6
+	singleSegment := fhd>>5&1 == 1
+	if fhd>>3&1 == 1 { // Reserved_bit
+		return f, ZstdReserved
+	}
+	f.checksum = fhd>>2&1 == 1
+	dictIDSize := [4]int{0, 1, 2, 4}[fhd&3]
+	fcsSize := [4]int{0, 2, 4, 8}[fcsFlag]
+	if fcsFlag == 0 && singleSegment {
+		fcsSize = 1
+	}
+	if !singleSegment {
+		p++ // Window_Descriptor
+	}
+	if len(b) < p+dictIDSize+fcsSize {
+		return f, ZstdTruncated
+	}
+	var dictID uint32
+	for i := range dictIDSize {
+		dictID |= uint32(b[p+i]) << (8 * i)
+	}
+	f.dictionary = dictID != 0
+	p += dictIDSize
+	switch fcsSize {
+	case 0:
+		f.contentSize = -1
+	case 1:
+		f.contentSize = int64(b[p])
+	case 2:
+		f.contentSize = int64(binary.LittleEndian.Uint16(b[p:])) + 256
+	case 4:
+		f.contentSize = int64(binary.LittleEndian.Uint32(b[p:]))
+	case 8:
+		v := binary.LittleEndian.Uint64(b[p:])
+		if v > 1<<62 {
+			return f, ZstdTooLarge
+		}
+		f.contentSize = int64(v)
+	}
+	p += fcsSize
+	for {
+		if len(b)-p < 3 {
+			return f, ZstdTruncated
+		}
+		h := uint32(b[p]) | uint32(b[p+1])<<8 | uint32(b[p+2])<<16
+		p += 3
+		last := h&1 == 1
+		size := int(h >> 3)
+		switch h >> 1 & 3 {
+		case 0, 2: // Raw_Block, Compressed_Block: size bytes follow
+		case 1: // RLE_Block: one byte follows
+			size = 1
+		case 3:
+			return f, ZstdReserved
+		}
+		if len(b)-p < size {
+			return f, ZstdTruncated
+		}
+		p += size
+		if last {
+			break
+		}
+	}
+	if f.checksum {
+		if len(b)-p < 4 {
+			return f, ZstdTruncated
+		}
+		p += 4
+	}
+	f.end = p
+	return f, ZstdGPU
+}
