@@ -984,25 +984,28 @@ func TestExecutorConcurrent(t *testing.T) {
 				}
 				return s.Synchronize()
 			}
-			var err error
-			if w%2 == 0 {
-				err = e.Do(job)
-			} else {
-				// a worker that calls the driver on its own thread
-				var unlock func()
-				if unlock, err = cuda.LockThread(e.Context()); err == nil {
-					err = job()
-					unlock()
+			for round := range 8 {
+				clear(got)
+				var err error
+				if w%2 == 0 {
+					err = e.Do(job)
+				} else {
+					// a worker that calls the driver on its own thread
+					var unlock func()
+					if unlock, err = cuda.LockThread(e.Context()); err == nil {
+						err = job()
+						unlock()
+					}
 				}
-			}
-			if err != nil {
-				errs <- fmt.Errorf("worker %d: %w", w, err)
-				return
-			}
-			for i := range got {
-				if got[i] != x[i]+y[i] {
-					errs <- fmt.Errorf("worker %d: element %d = %g, want %g", w, i, got[i], x[i]+y[i])
+				if err != nil {
+					errs <- fmt.Errorf("worker %d round %d: %w", w, round, err)
 					return
+				}
+				for i := range got {
+					if got[i] != x[i]+y[i] {
+						errs <- fmt.Errorf("worker %d round %d: element %d = %g, want %g", w, round, i, got[i], x[i]+y[i])
+						return
+					}
 				}
 			}
 		})
@@ -1011,6 +1014,26 @@ func TestExecutorConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestNoDriverSkips runs this test binary again with $DAMACY_LIBCUDA
+// naming a library that does not exist: GPU tests must skip, saying which
+// library is missing, and the binary must pass.
+func TestNoDriverSkips(t *testing.T) {
+	if os.Getenv(cuda.LibraryEnv) == "libcuda-absent.so.1" {
+		t.Skip("already the child")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^(TestFoundation|TestExecutorConcurrent)$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), cuda.LibraryEnv+"=libcuda-absent.so.1", cudatest.RequireEnv+"=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child test binary: %v\n%s", err, out)
+	}
+	for _, want := range []string{"--- SKIP: TestFoundation", "--- SKIP: TestExecutorConcurrent", "libcuda-absent.so.1: cannot open shared object file"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("child output lacks %q:\n%s", want, out)
+		}
 	}
 }
 
@@ -1036,5 +1059,79 @@ func TestExecutorClose(t *testing.T) {
 	}
 	if err := e.Do(func() error { t.Error("f ran after Close"); return nil }); !errors.Is(err, cuda.ErrClosed) {
 		t.Fatalf("Do after Close = %v, want ErrClosed", err)
+	}
+}
+
+// BenchmarkExecutorDo measures handing an empty function to the executor
+// and waiting for it.
+func BenchmarkExecutorDo(b *testing.B) {
+	e := cudatest.Executor(b)
+	f := func() error { return nil }
+	for b.Loop() {
+		e.Do(f)
+	}
+}
+
+// BenchmarkStreamQuery measures one cheap driver call (cuStreamQuery on an
+// idle stream) through purego.
+func BenchmarkStreamQuery(b *testing.B) {
+	e := cudatest.Executor(b)
+	var s cuda.Stream
+	if err := e.Do(func() (err error) { s, err = cuda.NewStream(cuda.StreamNonBlocking); return err }); err != nil {
+		b.Fatal(err)
+	}
+	defer e.Do(s.Destroy)
+	b.ReportAllocs()
+	for b.Loop() {
+		if done, err := s.Query(); !done || err != nil {
+			b.Fatal(done, err)
+		}
+	}
+}
+
+// BenchmarkLaunchGPU measures Launch of a 4-parameter kernel on one
+// block, synchronising every 256 launches so the queue never fills.
+func BenchmarkLaunchGPU(b *testing.B) {
+	e := cudatest.Executor(b)
+	ptx, err := os.ReadFile("testdata/kernels.ptx")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	err = e.Do(func() error {
+		m, err := cuda.LoadModule(ptx)
+		if err != nil {
+			return err
+		}
+		defer m.Unload()
+		f, err := m.Function("vecadd")
+		if err != nil {
+			return err
+		}
+		s, err := cuda.NewStream(cuda.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		p, err := cuda.MemAlloc(3 * 1024)
+		if err != nil {
+			return err
+		}
+		defer p.Free()
+		i := 0
+		for b.Loop() {
+			if err := f.Launch(cuda.Dim3{X: 1}, cuda.Dim3{X: 256}, 0, s, p, p+1024, p+2048, uint32(256)); err != nil {
+				return err
+			}
+			if i++; i%256 == 0 {
+				if err := s.Synchronize(); err != nil {
+					return err
+				}
+			}
+		}
+		return s.Synchronize()
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 }

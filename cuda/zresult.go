@@ -74,7 +74,7 @@ const (
 	CUDA_ERROR_NVLINK_UNCORRECTABLE Result = 220
 	// CUDA_ERROR_JIT_COMPILER_NOT_FOUND (221): PTX JIT compiler library not found.
 	CUDA_ERROR_JIT_COMPILER_NOT_FOUND Result = 221
-	// CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): the provided PTX was compiled with an unsupported toolchain..
+	// CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): the provided PTX was compiled with an unsupported toolchain.
 	CUDA_ERROR_UNSUPPORTED_PTX_VERSION Result = 222
 	// CUDA_ERROR_JIT_COMPILATION_DISABLED (223): PTX JIT compilation was disabled.
 	CUDA_ERROR_JIT_COMPILATION_DISABLED Result = 223

@@ -54,19 +54,28 @@ func MustHaveGPU(t testing.TB) cuda.Device {
 	return dev
 }
 
-// Executor returns an executor for device 0, closed when the test ends,
-// or skips like MustHaveGPU.
+// executor is the process's shared executor for device 0, started on
+// first use and never closed: closing it would release the primary
+// context and with it every module and allocation a later test expects.
+var executor = sync.OnceValues(func() (*cuda.Executor, error) {
+	dev, err := probe()
+	if err != nil {
+		return nil, err
+	}
+	return cuda.NewExecutor(dev)
+})
+
+// Executor returns the test binary's shared executor for device 0, or
+// skips like MustHaveGPU. It is never closed (the process's exit releases
+// the GPU), so tests may keep modules and streams across each other; a
+// test that needs to close an executor makes its own with
+// cuda.NewExecutor.
 func Executor(t testing.TB) *cuda.Executor {
 	t.Helper()
-	dev := MustHaveGPU(t)
-	e, err := cuda.NewExecutor(dev)
+	MustHaveGPU(t)
+	e, err := executor()
 	if err != nil {
-		t.Fatalf("cuda.NewExecutor(%d): %v", dev, err)
+		t.Fatalf("cuda.NewExecutor: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := e.Close(); err != nil {
-			t.Errorf("Executor.Close: %v", err)
-		}
-	})
 	return e
 }
