@@ -1135,3 +1135,108 @@ func BenchmarkLaunchGPU(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// ipcChildEnv carries "handle-hex offset n" to TestIPCOpenChild.
+const ipcChildEnv = "CUDA_TEST_IPC_CHILD"
+
+// TestIPCOpenChild is the other process of TestIPCOpen: it opens the
+// handle with OpenIPCMemHandle, prints the bytes it reads, and writes
+// them back inverted. It does nothing in a normal run.
+func TestIPCOpenChild(t *testing.T) {
+	arg := os.Getenv(ipcChildEnv)
+	if arg == "" {
+		t.Skip("runs only as TestIPCOpen's child process")
+	}
+	var hexHandle string
+	var off, n int
+	if _, err := fmt.Sscan(arg, &hexHandle, &off, &n); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := hex.DecodeString(hexHandle)
+	if err != nil || len(raw) != 64 {
+		t.Fatalf("bad handle %q", hexHandle)
+	}
+	var h cuda.IPCMemHandle
+	copy(h.Reserved[:], raw)
+	e := cudatest.Executor(t)
+	do(t, e, func() error {
+		p, err := cuda.OpenIPCMemHandle(h, cuda.IPCMemLazyEnablePeerAccess)
+		if err != nil {
+			return err
+		}
+		b := make([]byte, n)
+		if err := cuda.CopyDtoH(b, p+cuda.DevicePtr(off)); err != nil {
+			return err
+		}
+		fmt.Printf("IPC-DATA %x\n", b)
+		for i := range b {
+			b[i] = 255 - b[i]
+		}
+		if err := cuda.CopyHtoD(p+cuda.DevicePtr(off), b); err != nil {
+			return err
+		}
+		if err := cuda.CloseIPCMemHandle(&p); err != nil {
+			return err
+		}
+		return cuda.CloseIPCMemHandle(&p)
+	})
+}
+
+// TestIPCOpen exports an allocation and has a child process (this test
+// binary) open it through OpenIPCMemHandle, which takes the 64-byte
+// handle by value.
+func TestIPCOpen(t *testing.T) {
+	if os.Getenv(ipcChildEnv) != "" {
+		t.Skip("in the child")
+	}
+	e := cudatest.Executor(t)
+	r := newRand(t)
+	const n, off = 10000, 512
+	src := randomBytes(r, n)
+	var p cuda.DevicePtr
+	var h cuda.IPCMemHandle
+	do(t, e, func() (err error) {
+		if p, err = cuda.MemAlloc(off + n); err != nil {
+			return err
+		}
+		if err := cuda.CopyHtoD(p+off, src); err != nil {
+			return err
+		}
+		// Opening a handle in its own process is refused.
+		h, err = p.IPCHandle()
+		if err != nil {
+			return err
+		}
+		if q, err := cuda.OpenIPCMemHandle(h, cuda.IPCMemLazyEnablePeerAccess); err == nil {
+			cuda.CloseIPCMemHandle(&q)
+			return fmt.Errorf("OpenIPCMemHandle in the exporting process succeeded")
+		} else {
+			t.Logf("opening in the same process: %v", err)
+		}
+		return nil
+	})
+	defer e.Do(p.Free)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestIPCOpenChild$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%x %d %d", ipcChildEnv, h.Reserved, off, n))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	_, after, ok := bytes.Cut(out, []byte("IPC-DATA "))
+	if !ok || !bytes.Contains(out, []byte("--- PASS: TestIPCOpenChild")) {
+		t.Fatalf("child did not report data:\n%s", out)
+	}
+	line, _, _ := bytes.Cut(after, []byte("\n"))
+	got, err := hex.DecodeString(string(line))
+	if err != nil || !bytes.Equal(got, src) {
+		t.Fatalf("child read %d bytes (%v), not what was written", len(got), err)
+	}
+	back := make([]byte, n)
+	do(t, e, func() error { return cuda.CopyDtoH(back, p+off) })
+	for i := range back {
+		if back[i] != 255-src[i] {
+			t.Fatalf("byte %d: the child's write is not visible", i)
+		}
+	}
+	t.Logf("a child process opened the handle with OpenIPCMemHandle, read and inverted %d bytes", n)
+}
