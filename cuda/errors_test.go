@@ -129,3 +129,29 @@ func TestDevicePtrString(t *testing.T) {
 		}
 	}
 }
+
+// TestNegativeSizes checks that sizes are validated before the driver is
+// touched, so the errors are the same with or without a GPU.
+func TestNegativeSizes(t *testing.T) {
+	var s Stream
+	var pool MemPool
+	for _, tt := range []struct {
+		name string
+		err  error
+	}{
+		{"MemAlloc", func() error { _, err := MemAlloc(-1); return err }()},
+		{"MemAllocAsync", func() error { _, err := s.MemAllocAsync(-1); return err }()},
+		{"MemAllocFromPoolAsync", func() error { _, err := s.MemAllocFromPoolAsync(pool, -1); return err }()},
+		{"TrimTo", pool.TrimTo(-1)},
+		{"CopyDtoD", CopyDtoD(0, 0, -1)},
+		{"CopyDtoD", s.CopyDtoD(0, 0, -1)},
+		{"MemsetD8", MemsetD8(0, 0, -1)},
+		{"MemsetD8", s.MemsetD8(0, 0, -1)},
+		{"MemsetD16", s.MemsetD16(0, 0, -1)},
+		{"MemsetD32", s.MemsetD32(0, 0, -1)},
+	} {
+		if want := "cuda: " + tt.name + ": negative size -1"; tt.err == nil || tt.err.Error() != want {
+			t.Errorf("%s(-1) = %v, want %q", tt.name, tt.err, want)
+		}
+	}
+}

@@ -16,13 +16,16 @@ type DevicePtr uintptr
 // String formats the address in hex, like "0x7f3a40000000".
 func (p DevicePtr) String() string { return "0x" + strconv.FormatUint(uint64(p), 16) }
 
-var errNegativeSize = errors.New("cuda: negative size")
+// negativeSize reports a negative byte or element count passed to op.
+func negativeSize(op string, n int) error {
+	return errors.New("cuda: " + op + ": negative size " + strconv.Itoa(n))
+}
 
 // MemAlloc allocates n bytes of device memory in the current context. It
 // wraps cuMemAlloc_v2; failure for lack of memory matches ErrOutOfMemory.
 func MemAlloc(n int) (DevicePtr, error) {
 	if n < 0 {
-		return 0, errNegativeSize
+		return 0, negativeSize("MemAlloc", n)
 	}
 	d, err := api()
 	if err != nil {
@@ -36,9 +39,9 @@ func MemAlloc(n int) (DevicePtr, error) {
 }
 
 // Free frees memory from MemAlloc and zeroes *p; freeing a zero DevicePtr
-// does nothing, so Free is safe to repeat. It wraps cuMemFree_v2, which
-// waits for work using the memory to finish only in the sense that it
-// synchronises the device; free stream-ordered memory with FreeAsync.
+// does nothing, so Free is safe to repeat. No queued work may still use
+// the memory. It wraps cuMemFree_v2; free stream-ordered memory with
+// FreeAsync instead.
 func (p *DevicePtr) Free() error {
 	if *p == 0 {
 		return nil
@@ -60,7 +63,7 @@ func (p *DevicePtr) Free() error {
 // allocator give an *UnsupportedError.
 func (s Stream) MemAllocAsync(n int) (DevicePtr, error) {
 	if n < 0 {
-		return 0, errNegativeSize
+		return 0, negativeSize("MemAllocAsync", n)
 	}
 	d, err := api()
 	if err != nil {
@@ -80,7 +83,7 @@ func (s Stream) MemAllocAsync(n int) (DevicePtr, error) {
 // cuMemAllocFromPoolAsync.
 func (s Stream) MemAllocFromPoolAsync(pool MemPool, n int) (DevicePtr, error) {
 	if n < 0 {
-		return 0, errNegativeSize
+		return 0, negativeSize("MemAllocFromPoolAsync", n)
 	}
 	d, err := api()
 	if err != nil {
@@ -254,7 +257,7 @@ func (p MemPool) Usage() (reserved, used uint64, err error) {
 // it remain. It wraps cuMemPoolTrimTo.
 func (p MemPool) TrimTo(keep int) error {
 	if keep < 0 {
-		return errNegativeSize
+		return negativeSize("TrimTo", keep)
 	}
 	d, err := api()
 	if err != nil {
@@ -296,7 +299,7 @@ func CopyDtoH(dst []byte, src DevicePtr) error {
 // cuMemcpyDtoD_v2, which is asynchronous to the host for most transfers.
 func CopyDtoD(dst, src DevicePtr, n int) error {
 	if n < 0 {
-		return errNegativeSize
+		return negativeSize("CopyDtoD", n)
 	}
 	if n == 0 {
 		return nil
@@ -311,7 +314,7 @@ func CopyDtoD(dst, src DevicePtr, n int) error {
 // MemsetD8 sets n bytes at dst to v. It wraps cuMemsetD8_v2.
 func MemsetD8(dst DevicePtr, v byte, n int) error {
 	if n < 0 {
-		return errNegativeSize
+		return negativeSize("MemsetD8", n)
 	}
 	if n == 0 {
 		return nil
@@ -359,7 +362,7 @@ func (s Stream) CopyDtoH(dst []byte, src DevicePtr) error {
 // It wraps cuMemcpyDtoDAsync_v2.
 func (s Stream) CopyDtoD(dst, src DevicePtr, n int) error {
 	if n < 0 {
-		return errNegativeSize
+		return negativeSize("CopyDtoD", n)
 	}
 	if n == 0 {
 		return nil
@@ -375,7 +378,7 @@ func (s Stream) CopyDtoD(dst, src DevicePtr, n int) error {
 // cuMemsetD8Async.
 func (s Stream) MemsetD8(dst DevicePtr, v byte, n int) error {
 	if n < 0 {
-		return errNegativeSize
+		return negativeSize("MemsetD8", n)
 	}
 	if n == 0 {
 		return nil
@@ -391,7 +394,7 @@ func (s Stream) MemsetD8(dst DevicePtr, v byte, n int) error {
 // on the stream. It wraps cuMemsetD16Async.
 func (s Stream) MemsetD16(dst DevicePtr, v uint16, n int) error {
 	if n < 0 {
-		return errNegativeSize
+		return negativeSize("MemsetD16", n)
 	}
 	if n == 0 {
 		return nil
@@ -408,7 +411,7 @@ func (s Stream) MemsetD16(dst DevicePtr, v uint16, n int) error {
 // n)). It wraps cuMemsetD32Async.
 func (s Stream) MemsetD32(dst DevicePtr, v uint32, n int) error {
 	if n < 0 {
-		return errNegativeSize
+		return negativeSize("MemsetD32", n)
 	}
 	if n == 0 {
 		return nil
