@@ -83,7 +83,10 @@ func (d *Decoder) Decode(dst []byte, ch *Chunk, src []byte) error {
 	if len(dst) < c.size {
 		return fmt.Errorf("zarr: decode %s: destination of %d bytes, the chunk needs %d", ch.Key, len(dst), c.size)
 	}
-	if err := d.decode(dst[:c.size], c, src, 0); err != nil {
+	// Cap the capacity too: decompressors may use spare capacity as
+	// scratch (wild copies), which must not touch the caller's bytes past
+	// the chunk (a neighbouring chunk being decoded concurrently).
+	if err := d.decode(dst[:c.size:c.size], c, src, 0); err != nil {
 		return fail(err)
 	}
 	return nil
