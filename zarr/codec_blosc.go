@@ -88,7 +88,7 @@ func (bloscCodec) sizeHint(src []byte) (int, bool) {
 
 func bloscReason(err error) error {
 	if errors.Is(err, blosc.ErrUnsupported) {
-		return &reason{kind: ErrUnsupported, msg: "unsupported blosc chunk", cause: err}
+		return &reason{kind: ErrUnsupported, cause: err}
 	}
-	return corrupt(err, "blosc")
+	return &reason{kind: ErrCorrupt, cause: err} // its message starts "blosc: "
 }

@@ -116,6 +116,9 @@ type reason struct {
 }
 
 func (r *reason) Error() string {
+	if r.msg == "" && r.cause != nil {
+		return r.cause.Error()
+	}
 	if r.cause != nil {
 		return r.msg + ": " + r.cause.Error()
 	}

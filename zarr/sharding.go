@@ -219,7 +219,7 @@ func (s *Sharding) ParseIndex(shard Extent, b []byte) (*ShardIndex, error) {
 		case off == sentinel || n == sentinel:
 			return fail(at+16*int64(i), malformed("shard index entry %d is half empty (offset %#x, length %#x)", i, off, n))
 		case off > uint64(shard.Length) || n > uint64(shard.Length)-off:
-			return fail(at+16*int64(i), malformed("shard index entry %d: bytes [%d, %d) lie past the end of the %d-byte shard", i, off, off+n, shard.Length))
+			return fail(at+16*int64(i), malformed("shard index entry %d: %d bytes at offset %d lie past the end of the %d-byte shard", i, n, off, shard.Length))
 		}
 		idx.Entries[i] = IndexEntry{Offset: shard.Offset + int64(off), Length: int64(n)}
 	}
