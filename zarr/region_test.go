@@ -75,7 +75,7 @@ func regionCases(seed uint64) []regionCase {
 
 	shardEnd := tarray{shape: []int64{37, 45, 29}, chunk: []int64{16, 16, 12}, dt: Float32, fill: `"NaN"`,
 		chain: &tchain{shard: &tshard{chunk: []int64{4, 8, 6}, inner: &tchain{endian: BigEndian, bb: []tcodec{zs}}, empty: skipInner}},
-		skip: skipShard}
+		skip:  skipShard}
 	cases = append(cases, regionCase{name: "sharded-end", arr: shardEnd, missing: shardMissing(shardEnd.chunk, []int64{4, 8, 6}, skipShard, skipInner)})
 
 	shardStart := shardEnd
