@@ -1,0 +1,227 @@
+package pipeline
+
+import (
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// Dtype is the element type of the output tensors.
+type Dtype uint8
+
+const (
+	F32  Dtype = iota // float32 (the default)
+	BF16              // bfloat16, rounded to nearest even; NaN stays NaN
+)
+
+// String returns "float32" or "bfloat16".
+func (d Dtype) String() string {
+	switch d {
+	case F32:
+		return "float32"
+	case BF16:
+		return "bfloat16"
+	}
+	return "Dtype(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Size is the element size in bytes.
+func (d Dtype) Size() int {
+	if d == BF16 {
+		return 2
+	}
+	return 4
+}
+
+// ParseDtype accepts "f32", "float32", "bf16" and "bfloat16" (any case).
+func ParseDtype(s string) (Dtype, error) {
+	switch strings.ToLower(s) {
+	case "f32", "float32":
+		return F32, nil
+	case "bf16", "bfloat16":
+		return BF16, nil
+	}
+	return 0, errorf("parse dtype", ErrInvalid, "", "unknown output dtype %q (want f32, float32, bf16 or bfloat16)", s)
+}
+
+// Defaults of Config's fields; a zero field means the value here.
+const (
+	DefaultBatchSize         = 1
+	DefaultHostBufferBytes   = 512 << 20
+	DefaultDeviceBufferBytes = 1 << 30
+	DefaultLookaheadBatches  = 2
+	DefaultZarrMetaCache     = 64
+	DefaultShardIndexCache   = 4096
+	DefaultMaxChunkBytes     = 8 << 20
+	DefaultMaxBytesPerElem   = 8
+	maxRank                  = 8
+)
+
+// Config configures a Pipeline. A zero field means its documented default;
+// New rejects an invalid value with the field's name and allowed range.
+type Config struct {
+	// BatchSize is the number of samples per batch (shape[0] of every
+	// batch but a ragged last one). Default 1.
+	BatchSize int
+	// SampleShape is the extent of every box, in the arrays' stored axis
+	// order, rank 1..8. Empty: the first pushed sample fixes it.
+	SampleShape []int
+	// Dtype is the output element type: F32 (default) or BF16.
+	Dtype Dtype
+	// HostBufferBytes is the staging memory for compressed chunk bytes
+	// (pinned on the CUDA engine), split into slabs. Default 512 MiB.
+	HostBufferBytes int64
+	// DeviceBufferBytes is the memory for decoded chunks of the waves in
+	// flight (device memory on the CUDA engine, host memory on the host
+	// engine). Default 1 GiB.
+	DeviceBufferBytes int64
+	// LookaheadBatches is how many batches' worth of samples are planned
+	// ahead and how many batch slots exist; at least 2. Default 2.
+	LookaheadBatches int
+	// IOThreads is the number of concurrent readers. Default: the number
+	// of CPUs, at least 4 and at most 64.
+	IOThreads int
+	// ComputeThreads is the number of CPU decode and parse workers.
+	// Default: GOMAXPROCS.
+	ComputeThreads int
+	// ZarrMetaCache is the capacity of the array metadata LRU. Default 64.
+	ZarrMetaCache int
+	// ShardIndexCache is the capacity of the shard index LRU. Default 4096.
+	ShardIndexCache int
+	// MaxChunkBytes is the largest decoded chunk accepted; a larger chunk
+	// fails with ErrBudget naming it. Default 8 MiB.
+	MaxChunkBytes int64
+	// MaxGPUMemoryBytes is a hard cap on the device memory the pipeline
+	// reserves (batch slots, wave buffers, decoder scratch). 0: no cap.
+	MaxGPUMemoryBytes int64
+	// MaxBytesPerElement is the largest source element size accepted
+	// (1, 2, 4 or 8). Default 8.
+	MaxBytesPerElement int
+	// Device selects the engine: "" (default) picks GPU 0 when a CUDA
+	// driver and device are present, otherwise the host engine; "cpu"
+	// selects the host engine; "cuda" or "cuda:N" a GPU (failing if none).
+	Device string
+	// Logger receives the few informational lines the pipeline writes
+	// (which engine and decoder it uses). Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults returns a copy of c with zero fields set to their defaults,
+// or an error naming the first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	bad := func(field string, v any, allowed string) (Config, error) {
+		return Config{}, errorf("new", ErrInvalid, "", "Config.%s = %v: must be %s", field, v, allowed)
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.BatchSize < 0 || c.BatchSize > 1<<20 {
+		return bad("BatchSize", c.BatchSize, "in 1..1048576")
+	}
+	if len(c.SampleShape) > maxRank {
+		return bad("SampleShape", c.SampleShape, "of rank 1..8")
+	}
+	c.SampleShape = append([]int(nil), c.SampleShape...)
+	for i, n := range c.SampleShape {
+		if n <= 0 {
+			return bad(fmt.Sprintf("SampleShape[%d]", i), n, "positive")
+		}
+	}
+	if c.Dtype != F32 && c.Dtype != BF16 {
+		return bad("Dtype", c.Dtype, "F32 or BF16")
+	}
+	if c.HostBufferBytes == 0 {
+		c.HostBufferBytes = DefaultHostBufferBytes
+	}
+	if c.HostBufferBytes < 1<<20 {
+		return bad("HostBufferBytes", c.HostBufferBytes, "at least 1 MiB")
+	}
+	if c.DeviceBufferBytes == 0 {
+		c.DeviceBufferBytes = DefaultDeviceBufferBytes
+	}
+	if c.DeviceBufferBytes < 1<<20 {
+		return bad("DeviceBufferBytes", c.DeviceBufferBytes, "at least 1 MiB")
+	}
+	if c.LookaheadBatches == 0 {
+		c.LookaheadBatches = DefaultLookaheadBatches
+	}
+	if c.LookaheadBatches < 2 || c.LookaheadBatches > 64 {
+		return bad("LookaheadBatches", c.LookaheadBatches, "in 2..64")
+	}
+	if c.IOThreads == 0 {
+		c.IOThreads = min(max(runtime.NumCPU(), 4), 64)
+	}
+	if c.IOThreads < 1 || c.IOThreads > 1024 {
+		return bad("IOThreads", c.IOThreads, "in 1..1024")
+	}
+	if c.ComputeThreads == 0 {
+		c.ComputeThreads = runtime.GOMAXPROCS(0)
+	}
+	if c.ComputeThreads < 1 || c.ComputeThreads > 1024 {
+		return bad("ComputeThreads", c.ComputeThreads, "in 1..1024")
+	}
+	if c.ZarrMetaCache == 0 {
+		c.ZarrMetaCache = DefaultZarrMetaCache
+	}
+	if c.ZarrMetaCache < 1 {
+		return bad("ZarrMetaCache", c.ZarrMetaCache, "positive")
+	}
+	if c.ShardIndexCache == 0 {
+		c.ShardIndexCache = DefaultShardIndexCache
+	}
+	if c.ShardIndexCache < 1 {
+		return bad("ShardIndexCache", c.ShardIndexCache, "positive")
+	}
+	if c.MaxChunkBytes == 0 {
+		c.MaxChunkBytes = DefaultMaxChunkBytes
+	}
+	if c.MaxChunkBytes < 1 || c.MaxChunkBytes > 1<<31 {
+		return bad("MaxChunkBytes", c.MaxChunkBytes, "in 1..2 GiB")
+	}
+	if c.MaxGPUMemoryBytes < 0 {
+		return bad("MaxGPUMemoryBytes", c.MaxGPUMemoryBytes, "0 (no cap) or positive")
+	}
+	if c.MaxBytesPerElement == 0 {
+		c.MaxBytesPerElement = DefaultMaxBytesPerElem
+	}
+	switch c.MaxBytesPerElement {
+	case 1, 2, 4, 8:
+	default:
+		return bad("MaxBytesPerElement", c.MaxBytesPerElement, "1, 2, 4 or 8")
+	}
+	if _, _, err := parseDevice(c.Device); err != nil {
+		return Config{}, err
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// deviceKind is what Config.Device asks for.
+type deviceKind uint8
+
+const (
+	deviceAuto deviceKind = iota
+	deviceHost
+	deviceCUDA
+)
+
+func parseDevice(s string) (deviceKind, int, error) {
+	switch s {
+	case "":
+		return deviceAuto, 0, nil
+	case "cpu", "host":
+		return deviceHost, 0, nil
+	case "cuda", "gpu":
+		return deviceCUDA, 0, nil
+	}
+	if rest, ok := strings.CutPrefix(s, "cuda:"); ok {
+		if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
+			return deviceCUDA, n, nil
+		}
+	}
+	return 0, 0, errorf("new", ErrInvalid, "", "Config.Device = %q: must be \"\", \"cpu\", \"cuda\" or \"cuda:N\"", s)
+}

@@ -1,0 +1,425 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/damacy-go/damacy/ptx"
+	"github.com/damacy-go/damacy/zarr"
+)
+
+// hostSlabs is the number of staging slabs: one filling, one being decoded,
+// one spare so IO never waits on compute for a whole wave.
+const hostSlabs = 3
+
+// stages is what the host and CUDA engines share: metadata, planning, IO
+// and CPU decoding, and the plumbing that moves waves between stages.
+type stages struct {
+	cfg   Config
+	stats *statsSink
+	meta  *metaCache
+	fds   *fdCache
+	io    *workers
+	cpu   *workers
+	decs  chan *zarr.Decoder // one per CPU worker
+	lim   waveLimits
+	shape []int
+	head  atomic.Int32 // stage of the oldest unfinished batch
+}
+
+func newStages(cfg Config, stats *statsSink) (*stages, error) {
+	s := &stages{
+		cfg:   cfg,
+		stats: stats,
+		meta:  newMetaCache(cfg, stats),
+		fds:   newFDCache(),
+		decs:  make(chan *zarr.Decoder, cfg.ComputeThreads),
+	}
+	for range cfg.ComputeThreads {
+		d, err := zarr.NewDecoder(zarr.DecoderOptions{MaxChunkBytes: int(cfg.MaxChunkBytes)})
+		if err != nil {
+			s.closeDecoders()
+			return nil, newError("new", ErrInvalid, "", err)
+		}
+		s.decs <- d
+	}
+	s.io = newWorkers(cfg.IOThreads)
+	s.cpu = newWorkers(cfg.ComputeThreads)
+	return s, nil
+}
+
+func (s *stages) closeDecoders() {
+	for {
+		select {
+		case d := <-s.decs:
+			d.Close()
+		default:
+			return
+		}
+	}
+}
+
+func (s *stages) close() {
+	s.io.stop()
+	s.cpu.stop()
+	s.closeDecoders()
+	s.fds.closeAll()
+}
+
+func (s *stages) headStage() stage { return stage(s.head.Load()) }
+
+// plan turns requests into waves: the first stage of both engines. A batch
+// that cannot be planned travels as one wave carrying its error, so that
+// results stay in order.
+func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wave, route func(*job)) {
+	defer close(out)
+	for req := range reqs {
+		bs := &batchState{req: req, t0: time.Now()}
+		waves := []*wave{{batch: bs, last: true}}
+		if req.err != nil {
+			bs.err = req.err
+		} else if bp, err := planBatch(s.meta, req, s.cfg.MaxChunkBytes, route); err != nil {
+			bs.err = err
+		} else if err := bp.cutWaves(bs, s.lim); err != nil {
+			bs.err = err
+		} else {
+			bs.plan = bp
+			waves = bp.waves
+			var reads, dedup int64
+			for _, w := range bp.waves {
+				reads += int64(len(w.reads))
+			}
+			for _, j := range bp.jobs {
+				dedup += int64(max(j.waveUses-1, 0))
+			}
+			s.stats.update(func(st *Stats) {
+				st.Plan.add(time.Since(bs.t0), 0, 0)
+				st.BoxBytes += bp.box
+				st.ChunksDeduped += dedup
+			})
+		}
+		for _, w := range waves {
+			select {
+			case out <- w:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// read runs a wave's read ops into slab.
+func (s *stages) read(ctx context.Context, w *wave, slab []byte) error {
+	t := time.Now()
+	err := s.io.run(ctx, len(w.reads), func(i int) error {
+		r := &w.reads[i]
+		return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
+	})
+	var n int64
+	for _, r := range w.reads {
+		n += r.length
+	}
+	s.stats.update(func(st *Stats) {
+		st.IO.add(time.Since(t), n, n)
+		st.ReadOps += int64(len(w.reads))
+		st.BytesRead += n
+	})
+	return err
+}
+
+// decodeCPU decodes the wave's jobs that pick(j) selects from slab into
+// dst(j) on the CPU workers.
+func (s *stages) decodeCPU(ctx context.Context, w *wave, slab []byte, pick func(*job) bool, dst func(*job) []byte) error {
+	bp := w.batch.plan
+	var sel []*job
+	var in, out int64
+	for _, ji := range w.jobs {
+		if j := bp.jobs[ji]; pick(j) {
+			sel = append(sel, j)
+			in += j.chunk.Length
+			out += int64(j.layout.Bytes())
+		}
+	}
+	if len(sel) == 0 {
+		return nil
+	}
+	t := time.Now()
+	err := s.cpu.run(ctx, len(sel), func(i int) error {
+		j := sel[i]
+		d := <-s.decs
+		defer func() { s.decs <- d }()
+		if err := d.Decode(dst(j), &j.chunk, slab[j.slabOff:j.slabOff+j.chunk.Length]); err != nil {
+			return decodeError(j, err)
+		}
+		return nil
+	})
+	s.stats.update(func(st *Stats) {
+		st.Decompress.add(time.Since(t), in, out)
+		st.ChunksDecoded += int64(len(sel))
+	})
+	return err
+}
+
+func decodeError(j *job, err error) error {
+	kind := ErrDecode
+	if errors.Is(err, zarr.ErrTooLarge) {
+		kind = ErrBudget
+	}
+	return errorf("decode", kind, j.src.uri, "chunk %s at offset %d (%d bytes): %w", j.chunk.Key, j.chunk.Offset, j.chunk.Length, err)
+}
+
+// assemblePlan builds the ptx plan of a wave; off(j) is where the gather
+// finds job j's decoded bytes. It returns the number of output elements the
+// plan writes.
+func (s *stages) assemblePlan(p *ptx.Plan, w *wave, off func(*job) int64) (int64, error) {
+	bp := w.batch.plan
+	p.Reset()
+	var fills, elems int64
+	for _, ci := range w.copies {
+		c := &bp.copies[ci]
+		dst, ext := ints(c.dst), ints(c.shape)
+		n := int64(1)
+		for _, e := range c.shape {
+			n *= e
+		}
+		elems += n
+		if c.job < 0 {
+			fills++
+			if err := p.Fill(c.sample, dst, ext, c.fill); err != nil {
+				return 0, newError("assemble", ErrInvalid, "", err)
+			}
+			continue
+		}
+		j := bp.jobs[c.job]
+		src := j.psrc
+		src.Offset = off(j)
+		if err := p.Copy(c.sample, dst, ext, &src, ints(c.src)); err != nil {
+			return 0, newError("assemble", ErrInvalid, j.src.uri, err)
+		}
+	}
+	s.stats.update(func(st *Stats) { st.ChunksFill += fills })
+	return elems, nil
+}
+
+// planFor returns the assemble plan for a batch of n samples: the engine's
+// full-size plan, or a new one for a ragged batch.
+func planFor(full *ptx.Plan, n int) (*ptx.Plan, error) {
+	if full.Layout().Samples == n {
+		return full, nil
+	}
+	l := full.Layout()
+	l.Samples = n
+	p, err := ptx.NewPlan(l)
+	if err != nil {
+		return nil, newError("assemble", ErrInvalid, "", err)
+	}
+	return p, nil
+}
+
+// hostEngine assembles batches in host memory, decoding on the CPU. It is
+// the CPU fallback and the oracle the CUDA engine is tested against.
+type hostEngine struct {
+	*stages
+	pool   *slotPool
+	slabs  chan []byte
+	arena  []byte
+	pin    runtime.Pinner // keeps slot memory where DLPack consumers may see it
+	layout ptx.Layout
+}
+
+func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
+	st, err := newStages(cfg, stats)
+	if err != nil {
+		return nil, err
+	}
+	slab := cfg.HostBufferBytes / hostSlabs &^ 255
+	st.lim = waveLimits{slab: slab, arena: cfg.DeviceBufferBytes &^ 255, jobs: 1 << 16, readCap: min(4<<20, slab), readGap: 64 << 10}
+	if need := align(cfg.MaxChunkBytes); st.lim.arena < need {
+		st.close()
+		return nil, errorf("new", ErrBudget, "", "Config.DeviceBufferBytes = %d cannot hold one chunk of Config.MaxChunkBytes = %d: raise it to at least %d or lower MaxChunkBytes", cfg.DeviceBufferBytes, cfg.MaxChunkBytes, need)
+	}
+	stats.update(func(s *Stats) { s.Engine, s.Decoder = "host", "cpu" })
+	cfg.Logger.Info("damacy: host engine: batches in host memory, chunks decoded on the CPU", "workers", cfg.ComputeThreads)
+	return &hostEngine{stages: st}, nil
+}
+
+func (h *hostEngine) reserve(shape []int) error {
+	h.shape = shape
+	h.layout = ptx.Layout{Samples: h.cfg.BatchSize, Shape: shape, Dtype: outDtype(h.cfg.Dtype)}
+	if err := h.layout.Validate(); err != nil {
+		return newError("new", ErrInvalid, "", err)
+	}
+	bytes := h.layout.Bytes()
+	slots := make([]*slot, h.cfg.LookaheadBatches)
+	for i := range slots {
+		buf := make([]byte, bytes)
+		h.pin.Pin(&buf[0])
+		slots[i] = &slot{index: i, shape: append([]int64{int64(h.cfg.BatchSize)}, toInt64s(shape)...), dtype: h.cfg.Dtype, host: buf}
+	}
+	h.pool = newSlotPool(slots)
+	h.slabs = make(chan []byte, hostSlabs)
+	for range hostSlabs {
+		h.slabs <- make([]byte, h.lim.slab)
+	}
+	h.arena = make([]byte, h.lim.arena)
+	return nil
+}
+
+func outDtype(d Dtype) ptx.Dtype {
+	if d == BF16 {
+		return ptx.BFloat16
+	}
+	return ptx.Float32
+}
+
+func toInt64s(s []int) []int64 {
+	out := make([]int64, len(s))
+	for i, v := range s {
+		out[i] = int64(v)
+	}
+	return out
+}
+
+func (h *hostEngine) slotsInUse() int64 {
+	if h.pool == nil {
+		return 0
+	}
+	return h.pool.inUse.Load()
+}
+
+func (h *hostEngine) close() error {
+	h.stages.close()
+	h.pin.Unpin()
+	return nil
+}
+
+// run: plan -> read (IO workers, into one of hostSlabs slabs) -> decode +
+// assemble, each stage its own goroutine, so IO of wave k+1 overlaps the
+// decoding of wave k.
+func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- *result) {
+	planned := make(chan *wave, 4)
+	read := make(chan *wave, hostSlabs-1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		h.plan(ctx, reqs, planned, func(j *job) {
+			j.slabCost, j.arenaCost = j.chunk.Length, int64(j.layout.Bytes())
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		defer close(read)
+		for w := range planned {
+			if w.batch.err == nil && len(w.reads) > 0 {
+				select {
+				case w.slabBuf = <-h.slabs:
+				case <-ctx.Done():
+					return
+				}
+				if err := h.read(ctx, w, w.slabBuf); err != nil {
+					w.batch.fail(err)
+				}
+			}
+			select {
+			case read <- w:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	plan, _ := ptx.NewPlan(h.layout)
+	for {
+		h.head.Store(int32(stageIO))
+		var w *wave
+		select {
+		case w = <-read:
+		case <-ctx.Done():
+			return
+		}
+		if w == nil {
+			return
+		}
+		h.head.Store(int32(stageCompute))
+		bs := w.batch
+		if bs.err == nil && bs.slot == nil {
+			s, err := h.pool.get(ctx)
+			if err != nil {
+				h.giveSlab(w)
+				return
+			}
+			bs.slot = s
+		}
+		if bs.err == nil {
+			if err := h.compute(ctx, w, plan); err != nil {
+				bs.fail(err)
+			}
+		}
+		h.giveSlab(w)
+		if !w.last {
+			continue
+		}
+		r := &result{req: bs.req, slot: bs.slot, err: bs.err}
+		if r.err != nil && r.slot != nil {
+			r.slot.unref()
+			r.slot = nil
+		}
+		select {
+		case out <- r:
+		case <-ctx.Done():
+			if r.slot != nil {
+				r.slot.unref()
+			}
+			return
+		}
+	}
+}
+
+func (h *hostEngine) giveSlab(w *wave) {
+	if w.slabBuf != nil {
+		h.slabs <- w.slabBuf
+		w.slabBuf = nil
+	}
+}
+
+// compute decodes a wave's chunks into the arena and gathers them into the
+// batch slot.
+func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error {
+	arena := h.arena
+	if err := h.decodeCPU(ctx, w, w.slabBuf, func(*job) bool { return true }, func(j *job) []byte {
+		end := j.decOff + int64(j.layout.Bytes())
+		return arena[j.decOff:end:end] // capped: a decoder must not write past its chunk
+	}); err != nil {
+		return err
+	}
+	p, err := planFor(full, len(w.batch.req.samples))
+	if err != nil {
+		return err
+	}
+	elems, err := h.assemblePlan(p, w, func(j *job) int64 { return j.decOff })
+	if err != nil {
+		return err
+	}
+	t := time.Now()
+	l := p.Layout()
+	if err := ptx.AssembleHost(w.batch.slot.host[:l.Bytes()], l, arena, p.Ops(), h.cfg.ComputeThreads); err != nil {
+		return newError("assemble", ErrInvalid, "", err)
+	}
+	h.stats.update(func(st *Stats) {
+		st.Assemble.add(time.Since(t), w.arena, elems*int64(l.Dtype.Size()))
+		st.WavesEmitted++
+	})
+	return nil
+}
+
+// fail records the first error of a batch.
+func (bs *batchState) fail(err error) {
+	if bs.err == nil {
+		bs.err = err
+	}
+}

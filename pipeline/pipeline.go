@@ -1,0 +1,484 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Range is a half-open interval [Start, Stop) of voxel indices along one axis.
+type Range struct {
+	Start, Stop int64
+}
+
+// Sample is one box to read: an array (or OME-NGFF group) and a box in its
+// level-0 (or Level) voxel grid, in the array's stored axis order. The box
+// may reach outside the array; the outside reads as the fill value.
+type Sample struct {
+	URI   string  // path of a zarr array or an OME-NGFF group
+	Box   []Range // one range per axis; extents must equal Config.SampleShape
+	Level int     // multiscale level when URI names an OME-NGFF group
+}
+
+func (s Sample) String() string {
+	b := make([]byte, 0, 64)
+	b = append(b, s.URI...)
+	b = append(b, '[')
+	for i, r := range s.Box {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%d:%d", r.Start, r.Stop)
+	}
+	b = append(b, ']')
+	if s.Level != 0 {
+		b = fmt.Appendf(b, "@level%d", s.Level)
+	}
+	return string(b)
+}
+
+// item is one entry of the intake queue: a sample, a flush marker, or an
+// error standing in for a sample that a PushSeq sequence got wrong.
+type item struct {
+	s     Sample
+	flush bool
+	at    time.Time // when the flush was asked for
+	err   error
+}
+
+// batchReq is one batch to produce: its samples in push order.
+type batchReq struct {
+	id      int64
+	samples []Sample
+	flushAt time.Time // non-zero for a batch that Flush cut short
+	err     error     // a sample was rejected: the batch fails with this
+}
+
+// result is what an engine hands back for a batchReq, in order.
+type result struct {
+	req  *batchReq
+	slot *slot // nil when err != nil
+	err  error
+}
+
+// Pipeline streams batches of boxes. Its methods are safe for concurrent use.
+type Pipeline struct {
+	cfg    Config
+	ctx    context.Context
+	cancel context.CancelFunc
+	eng    engine
+
+	mu       sync.Mutex
+	closed   bool
+	shape    []int                   // sample shape, fixed by Config or by the first sample
+	queue    []item                  // pushed, not yet in the lookahead
+	seqs     []func() (Sample, bool) // pending PushSeq pulls, in order
+	stops    []func()
+	wake     chan struct{} // feeder wake-up (capacity 1)
+	inFlight atomic.Int64  // samples pushed and not yet delivered
+
+	lookahead chan item      // admitted samples
+	reqs      chan *batchReq // batches to the engine
+	results   chan *result   // finished batches, in order
+	popMu     sync.Mutex     // one Pop at a time, so batches leave in order
+	wg        sync.WaitGroup
+
+	stats *statsSink
+}
+
+// New validates cfg, chooses the engine, and reserves all memory the
+// pipeline will use. When cfg.SampleShape is empty, the batch slots are
+// reserved at the first Push instead.
+func New(cfg Config) (*Pipeline, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	stats := new(statsSink)
+	eng, err := newEngine(cfg, stats)
+	if err != nil {
+		return nil, err
+	}
+	return start(cfg, eng, stats)
+}
+
+// start runs a pipeline on an engine; New chooses the engine, tests may
+// supply their own.
+func start(cfg Config, eng engine, stats *statsSink) (*Pipeline, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pipeline{
+		cfg:       cfg,
+		ctx:       ctx,
+		cancel:    cancel,
+		eng:       eng,
+		stats:     stats,
+		wake:      make(chan struct{}, 1),
+		lookahead: make(chan item, cfg.LookaheadBatches*cfg.BatchSize),
+		reqs:      make(chan *batchReq, 1),
+		results:   make(chan *result, cfg.LookaheadBatches),
+	}
+	if len(cfg.SampleShape) > 0 {
+		p.shape = cfg.SampleShape
+		if err := eng.reserve(p.shape); err != nil {
+			eng.close()
+			cancel()
+			return nil, err
+		}
+	}
+	p.wg.Add(3)
+	go p.feed()
+	go p.batch()
+	go func() {
+		defer p.wg.Done()
+		eng.run(ctx, p.reqs, p.results)
+	}()
+	return p, nil
+}
+
+// Push queues samples. Each is checked (URI, rank, extents) here; on the
+// first bad one Push returns an error naming it, and the samples before it
+// stay queued. Push never blocks: samples wait in an unbounded queue until
+// the lookahead has room (see Pending).
+func (p *Pipeline) Push(samples ...Sample) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return newError("push", ErrShutdown, "", nil)
+	}
+	for i, s := range samples {
+		if err := p.checkLocked(s); err != nil {
+			if len(samples) > 1 {
+				err.Op = fmt.Sprintf("push (sample %d of %d)", i, len(samples))
+			}
+			p.notifyLocked()
+			return err
+		}
+		p.queue = append(p.queue, item{s: cloneSample(s)})
+		p.inFlight.Add(1)
+	}
+	p.notifyLocked()
+	return nil
+}
+
+// PushSeq queues a sequence of samples that is pulled lazily, as the
+// lookahead frees space, after everything pushed before it. A sample the
+// sequence yields that fails the checks of Push ends the sequence; its
+// error is returned by the Pop of the batch it would have joined.
+func (p *Pipeline) PushSeq(seq iter.Seq[Sample]) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return newError("push", ErrShutdown, "", nil)
+	}
+	next, stop := iter.Pull(seq)
+	p.seqs = append(p.seqs, next)
+	p.stops = append(p.stops, stop)
+	// Samples pushed before the sequence keep their place: the feeder
+	// drains the queue first. A marker keeps later Push calls behind it.
+	p.queue = append(p.queue, item{})
+	p.notifyLocked()
+	return nil
+}
+
+// Pending reports whether pushed samples (or a PushSeq sequence) have not
+// yet all entered the lookahead.
+func (p *Pipeline) Pending() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue) > 0 || len(p.seqs) > 0
+}
+
+// Flush marks the end of what was pushed so far: the samples not yet in a
+// batch come out as one ragged batch (shape[0] = samples left). A Flush
+// with no such samples emits nothing.
+func (p *Pipeline) Flush() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return newError("flush", ErrShutdown, "", nil)
+	}
+	p.queue = append(p.queue, item{flush: true, at: time.Now()})
+	p.notifyLocked()
+	return nil
+}
+
+// Pop returns the next batch, in push order, blocking until it is ready,
+// ctx is done, or the pipeline is closed (ErrShutdown). A batch that failed
+// (unreadable file, corrupt chunk, rejected sample) is returned as its
+// error; the pipeline stays usable for the batches after it unless the
+// error is ErrCUDA.
+func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
+	p.popMu.Lock()
+	defer p.popMu.Unlock()
+	if p.ctx.Err() != nil {
+		return nil, newError("pop", ErrShutdown, "", nil)
+	}
+	start := time.Now()
+	stage := p.eng.headStage()
+	var r *result
+	select {
+	case r = <-p.results:
+	case <-ctx.Done():
+		return nil, newError("pop", ctx.Err(), "", context.Cause(ctx))
+	case <-p.ctx.Done():
+		return nil, newError("pop", ErrShutdown, "", nil)
+	}
+	wait := time.Since(start)
+	p.stats.mu.Lock()
+	if stage == stageIO {
+		p.stats.PopWaitIO.add(wait, 0, 0)
+	} else {
+		p.stats.PopWaitCompute.add(wait, 0, 0)
+	}
+	if !r.req.flushAt.IsZero() {
+		p.stats.FlushWait.add(time.Since(r.req.flushAt), 0, 0)
+	}
+	n := int64(len(r.req.samples))
+	if r.err == nil {
+		p.stats.BatchesEmitted++
+		p.stats.SamplesEmitted += n
+		p.stats.OutputBytes += r.slot.bytes(len(r.req.samples))
+		if len(r.req.samples) < p.cfg.BatchSize {
+			p.stats.BatchesTruncated++
+		}
+	}
+	p.stats.mu.Unlock()
+	p.inFlight.Add(-n)
+	if r.err != nil {
+		return nil, r.err
+	}
+	return newBatch(p, r), nil
+}
+
+// Batches pops n batches (n < 0: until ctx is done or the pipeline closes),
+// yielding each with nil, or a nil batch with the error that ended or
+// interrupted the sequence. Batch errors do not end it; ctx and shutdown do.
+func (p *Pipeline) Batches(ctx context.Context, n int) iter.Seq2[*Batch, error] {
+	return func(yield func(*Batch, error) bool) {
+		for i := 0; n < 0 || i < n; i++ {
+			b, err := p.Pop(ctx)
+			if !yield(b, err) {
+				return
+			}
+			if err != nil && (ctx.Err() != nil || p.ctx.Err() != nil) {
+				return
+			}
+		}
+	}
+}
+
+// Close stops the pipeline at once: blocked calls return ErrShutdown,
+// in-flight work is cancelled and waited for, and memory is freed once
+// every batch handed out has been released. It is idempotent.
+func (p *Pipeline) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	stops := p.stops
+	p.stops, p.seqs, p.queue = nil, nil, nil
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+	for _, stop := range stops {
+		stop()
+	}
+	// Batches already finished but never popped give their slots back.
+	for {
+		select {
+		case r := <-p.results:
+			if r.slot != nil {
+				r.slot.unref()
+			}
+			continue
+		default:
+		}
+		break
+	}
+	return p.eng.close()
+}
+
+// Stats returns a snapshot of the pipeline's metrics.
+func (p *Pipeline) Stats() Stats {
+	p.stats.mu.Lock()
+	s := p.stats.Stats
+	p.stats.mu.Unlock()
+	s.SamplesInFlight = p.inFlight.Load()
+	s.SlotsInUse = p.eng.slotsInUse()
+	return s
+}
+
+// StatsReset zeroes the stage metrics and counters (not the gauges).
+func (p *Pipeline) StatsReset() {
+	p.stats.mu.Lock()
+	defer p.stats.mu.Unlock()
+	s := &p.stats.Stats
+	*s = Stats{Engine: s.Engine, Decoder: s.Decoder, GPUBytesCommitted: s.GPUBytesCommitted}
+}
+
+// checkLocked validates a sample against the pipeline's sample shape,
+// fixing the shape (and reserving the batch slots) on the first sample
+// when Config.SampleShape was empty.
+func (p *Pipeline) checkLocked(s Sample) *Error {
+	if s.URI == "" {
+		return errorf("push", ErrInvalid, "", "sample %s: empty URI", s)
+	}
+	if len(s.Box) == 0 || len(s.Box) > maxRank {
+		return errorf("push", ErrRank, s.URI, "sample %s: box rank %d, want 1..%d", s, len(s.Box), maxRank)
+	}
+	if s.Level < 0 {
+		return errorf("push", ErrInvalid, s.URI, "sample %s: negative level %d", s, s.Level)
+	}
+	for i, r := range s.Box {
+		if r.Stop <= r.Start {
+			return errorf("push", ErrInvalid, s.URI, "sample %s: axis %d is empty (%d:%d)", s, i, r.Start, r.Stop)
+		}
+	}
+	if p.shape == nil {
+		shape := make([]int, len(s.Box))
+		for i, r := range s.Box {
+			if r.Stop-r.Start > 1<<31 {
+				return errorf("push", ErrInvalid, s.URI, "sample %s: axis %d extent %d too large", s, i, r.Stop-r.Start)
+			}
+			shape[i] = int(r.Stop - r.Start)
+		}
+		if err := p.eng.reserve(shape); err != nil {
+			var e *Error
+			if ok := asError(err, &e); ok {
+				return e
+			}
+			return newError("push", ErrBudget, s.URI, err)
+		}
+		p.shape = shape
+		return nil
+	}
+	if len(s.Box) != len(p.shape) {
+		return errorf("push", ErrRank, s.URI, "sample %s: box rank %d, want %d", s, len(s.Box), len(p.shape))
+	}
+	for i, r := range s.Box {
+		if r.Stop-r.Start != int64(p.shape[i]) {
+			return errorf("push", ErrInvalid, s.URI, "sample %s: axis %d extent %d, want %d", s, i, r.Stop-r.Start, p.shape[i])
+		}
+	}
+	return nil
+}
+
+func (p *Pipeline) notifyLocked() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// feed moves queued samples, then PushSeq sequences, into the lookahead,
+// blocking on the lookahead's capacity (the intake's backpressure).
+func (p *Pipeline) feed() {
+	defer p.wg.Done()
+	for {
+		it, ok := p.nextItem()
+		if !ok {
+			select {
+			case <-p.wake:
+				continue
+			case <-p.ctx.Done():
+				return
+			}
+		}
+		select {
+		case p.lookahead <- it:
+		case <-p.ctx.Done():
+			return
+		}
+	}
+}
+
+// nextItem takes the next intake entry: the head of the queue, or, when the
+// head is a PushSeq marker, the next sample of that sequence.
+func (p *Pipeline) nextItem() (item, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.queue) > 0 {
+		head := p.queue[0]
+		if head.flush || head.s.URI != "" {
+			p.queue = p.queue[1:]
+			return head, true
+		}
+		// A PushSeq marker: pull from the oldest sequence. Pulling runs the
+		// caller's iterator; it is done under the lock so that concurrent
+		// Push calls stay behind it.
+		next := p.seqs[0]
+		s, ok := next()
+		if ok {
+			if err := p.checkLocked(s); err != nil {
+				err.Op = "push (sequence)"
+				p.dropSeqLocked()
+				p.inFlight.Add(1)
+				return item{err: err}, true
+			}
+			p.inFlight.Add(1)
+			return item{s: cloneSample(s)}, true
+		}
+		p.dropSeqLocked()
+	}
+	return item{}, false
+}
+
+func (p *Pipeline) dropSeqLocked() {
+	p.stops[0]()
+	p.seqs, p.stops, p.queue = p.seqs[1:], p.stops[1:], p.queue[1:]
+}
+
+// batch cuts the lookahead into batch requests.
+func (p *Pipeline) batch() {
+	defer p.wg.Done()
+	defer close(p.reqs)
+	var id int64
+	var cur *batchReq
+	emit := func() bool {
+		select {
+		case p.reqs <- cur:
+			id++
+			cur = nil
+			return true
+		case <-p.ctx.Done():
+			return false
+		}
+	}
+	for {
+		var it item
+		select {
+		case it = <-p.lookahead:
+		case <-p.ctx.Done():
+			return
+		}
+		if it.flush {
+			if cur != nil {
+				cur.flushAt = it.at
+				if !emit() {
+					return
+				}
+			}
+			continue
+		}
+		if cur == nil {
+			cur = &batchReq{id: id, samples: make([]Sample, 0, p.cfg.BatchSize)}
+		}
+		if it.err != nil && cur.err == nil {
+			cur.err = it.err
+		}
+		cur.samples = append(cur.samples, it.s)
+		if len(cur.samples) == p.cfg.BatchSize && !emit() {
+			return
+		}
+	}
+}
+
+func cloneSample(s Sample) Sample {
+	s.Box = append([]Range(nil), s.Box...)
+	return s
+}

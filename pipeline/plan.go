@@ -1,0 +1,282 @@
+package pipeline
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/damacy-go/damacy/ptx"
+	"github.com/damacy-go/damacy/zarr"
+)
+
+// job is one stored chunk a batch needs, read and decoded once however
+// many of the batch's samples use it.
+type job struct {
+	src    *source
+	chunk  zarr.Chunk
+	layout zarr.Layout
+	psrc   ptx.Source // the decoded chunk as the gather reads it; Offset set per wave
+
+	gpu       bool  // decoded by nvCOMP (CUDA engine) rather than on the CPU
+	decInSlab bool  // its decoded bytes go to the slab, after the reads (CPU decode on the CUDA engine)
+	slabCost  int64 // staging bytes the job needs
+	arenaCost int64 // decoded-arena bytes the job needs
+
+	slabOff  int64 // where its stored bytes land in the slab
+	decOff   int64 // where its decoded bytes go: in the slab when decInSlab, else in the arena
+	readOp   int   // the read op that brings it in
+	waveUses int   // copies that read it
+}
+
+// copyOp places one block of a sample: from a job's decoded chunk, or
+// (job < 0) the fill value.
+type copyOp struct {
+	sample int
+	job    int // index into batchPlan.jobs, or -1
+	src    []int64
+	dst    []int64
+	shape  []int64
+	fill   uint32
+}
+
+// batchPlan is the work of one batch: its jobs and copies, cut into waves.
+type batchPlan struct {
+	jobs   []*job
+	copies []copyOp
+	waves  []*wave
+	box    int64 // bytes of the boxes in their source dtypes
+}
+
+// wave is the slice of a batch read, decoded and assembled together.
+type wave struct {
+	batch  *batchState
+	index  int
+	jobs   []int // indexes into batchPlan.jobs
+	copies []int // indexes into batchPlan.copies
+	reads  []readOp
+	slab   int64 // staging bytes used
+	arena  int64 // decoded bytes used
+	last   bool  // the batch's last wave
+
+	slabBuf []byte // host engine: the slab holding the wave's reads
+}
+
+// readOp is one pread: Length bytes of a file at Offset into the slab.
+type readOp struct {
+	src     *source
+	key     string
+	offset  int64
+	length  int64
+	slabOff int64
+}
+
+// batchState follows one batch through the stages.
+type batchState struct {
+	req  *batchReq
+	plan *batchPlan
+	slot *slot
+	err  error
+	t0   time.Time
+}
+
+// waveLimits bounds a wave: staging bytes, decoded bytes and jobs.
+type waveLimits struct {
+	slab, arena int64
+	jobs        int
+	readCap     int64 // largest coalesced read
+	readGap     int64 // largest gap bridged when coalescing
+}
+
+// align rounds n up to a multiple of 256 (every placement in slabs and
+// arenas is 256-aligned, more than any decoder or kernel needs).
+func align(n int64) int64 { return (n + 255) &^ 255 }
+
+// planBatch resolves a batch's samples into jobs and copies. route decides,
+// per job, its decoder and costs. A sample that fails (unreadable metadata,
+// wrong dtype) fails the batch with an error naming it.
+func planBatch(m *metaCache, req *batchReq, maxChunk int64, route func(*job)) (*batchPlan, error) {
+	bp := &batchPlan{}
+	type jobKey struct {
+		src    *source
+		key    string
+		offset int64
+	}
+	seen := map[jobKey]int{}
+	for n, s := range req.samples {
+		src, err := m.open(s.URI, s.Level)
+		if err != nil {
+			return nil, sampleError(n, s, err)
+		}
+		if src.arr.Rank() != len(s.Box) {
+			return nil, sampleError(n, s, errorf("plan", ErrRank, s.URI, "box rank %d, array rank %d", len(s.Box), src.arr.Rank()))
+		}
+		box := make([]zarr.Range, len(s.Box))
+		for i, r := range s.Box {
+			box[i] = zarr.Range{Start: r.Start, Stop: r.Stop}
+		}
+		zp, err := src.arr.Plan(box, locator{m, src})
+		if err != nil {
+			return nil, sampleError(n, s, planError(s.URI, err))
+		}
+		bp.box += int64(zp.Bytes())
+		local := make([]int, len(zp.Chunks)) // zp chunk -> batch job
+		for i := range zp.Chunks {
+			c := zp.Chunks[i]
+			k := jobKey{src, c.Key, c.Offset}
+			if j, ok := seen[k]; ok {
+				local[i] = j
+				continue
+			}
+			l := c.Codec.Layout()
+			if int64(l.Bytes()) > maxChunk {
+				return nil, sampleError(n, s, errorf("plan", ErrBudget, s.URI,
+					"chunk %s@%d decodes to %d bytes, above Config.MaxChunkBytes = %d", c.Key, c.Offset, l.Bytes(), maxChunk))
+			}
+			j := &job{src: src, chunk: c, layout: l}
+			j.psrc = ptx.Source{Dtype: src.dtype, BigEndian: l.Endian == zarr.BigEndian, Shape: ints(l.Shape), Strides: ints(l.Strides)}
+			route(j)
+			seen[k] = len(bp.jobs)
+			local[i] = len(bp.jobs)
+			bp.jobs = append(bp.jobs, j)
+		}
+		for _, c := range zp.Copies {
+			op := copyOp{sample: n, job: -1, dst: c.Dst, shape: c.Shape, fill: src.fill}
+			if c.Chunk >= 0 {
+				op.job = local[c.Chunk]
+				op.src = c.Src
+			}
+			bp.copies = append(bp.copies, op)
+		}
+	}
+	return bp, nil
+}
+
+func sampleError(n int, s Sample, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		e.Op = fmt.Sprintf("%s (sample %d: %s)", e.Op, n, s)
+		return e
+	}
+	return newError(fmt.Sprintf("plan (sample %d: %s)", n, s), ErrInvalid, s.URI, err)
+}
+
+// planError maps a planning failure (reading a shard index or an object
+// size) onto the pipeline's kinds.
+func planError(uri string, err error) error {
+	switch {
+	case errors.Is(err, zarr.ErrChecksum), errors.Is(err, zarr.ErrCorrupt), errors.Is(err, zarr.ErrFormat):
+		return newError("plan", ErrDecode, uri, err)
+	case errors.Is(err, zarr.ErrTooLarge):
+		return newError("plan", ErrBudget, uri, err)
+	}
+	return newError("plan", ErrStorage, uri, err)
+}
+
+func ints(s []int64) []int {
+	out := make([]int, len(s))
+	for i, v := range s {
+		out[i] = int(v)
+	}
+	return out
+}
+
+// cutWaves orders the jobs by file and offset, packs them into waves under
+// lim, coalesces each wave's reads, and gives every job its slab and arena
+// offsets. Fill copies go to the first wave. A job too big for an empty
+// wave is an ErrBudget naming the chunk and the limit to raise.
+func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
+	order := make([]int, len(bp.jobs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		x, y := bp.jobs[a], bp.jobs[b]
+		return cmp.Or(cmp.Compare(x.src.uri, y.src.uri), cmp.Compare(x.chunk.Key, y.chunk.Key), cmp.Compare(x.chunk.Offset, y.chunk.Offset))
+	})
+	var w *wave
+	for _, ji := range order {
+		j := bp.jobs[ji]
+		slab, arena := align(j.slabCost), align(j.arenaCost)
+		if slab > lim.slab {
+			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d needs %d staging bytes, a wave has %d: raise Config.HostBufferBytes", j.chunk.Key, j.chunk.Offset, slab, lim.slab)
+		}
+		if arena > lim.arena {
+			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d needs %d decode bytes, a wave has %d: raise Config.DeviceBufferBytes", j.chunk.Key, j.chunk.Offset, arena, lim.arena)
+		}
+		if w == nil || w.slab+slab > lim.slab || w.arena+arena > lim.arena || len(w.jobs) == lim.jobs {
+			w = &wave{batch: bs, index: len(bp.waves)}
+			bp.waves = append(bp.waves, w)
+		}
+		w.jobs = append(w.jobs, ji)
+		w.slab += slab
+		w.arena += arena
+	}
+	if len(bp.waves) == 0 { // nothing to read: all fill
+		bp.waves = append(bp.waves, &wave{batch: bs})
+	}
+	jobWave := make([]*wave, len(bp.jobs))
+	for _, w := range bp.waves {
+		for _, ji := range w.jobs {
+			jobWave[ji] = w
+		}
+	}
+	for ci, c := range bp.copies {
+		w := bp.waves[0]
+		if c.job >= 0 {
+			w = jobWave[c.job]
+			bp.jobs[c.job].waveUses++
+		}
+		w.copies = append(w.copies, ci)
+	}
+	for _, w := range bp.waves {
+		w.layout(bp, lim)
+	}
+	bp.waves[len(bp.waves)-1].last = true
+	return nil
+}
+
+// layout coalesces the wave's reads and places its jobs: stored bytes in
+// the slab in read order, then the outputs of CPU-decoded jobs that travel
+// in the slab (CUDA engine); decoded bytes of the others in the arena. A
+// gap between two reads is bridged only while the slab has room for it.
+func (w *wave) layout(bp *batchPlan, lim waveLimits) {
+	w.reads = w.reads[:0]
+	slack := lim.slab - w.slab // w.slab is the sum of the jobs' aligned costs here
+	var slab, arena int64
+	for _, ji := range w.jobs {
+		j := bp.jobs[ji]
+		c := j.chunk
+		if n := len(w.reads); n > 0 {
+			r := &w.reads[n-1]
+			gap := c.Offset - (r.offset + r.length)
+			end := align(r.slabOff + c.Offset + c.Length - r.offset)
+			extra := end - align(r.slabOff+r.length) - align(c.Length)
+			if r.src == j.src && r.key == c.Key && gap >= 0 && gap <= lim.readGap &&
+				c.Offset+c.Length-r.offset <= lim.readCap && extra <= slack {
+				slack -= max(extra, 0)
+				r.length = c.Offset + c.Length - r.offset
+				j.slabOff = r.slabOff + (c.Offset - r.offset)
+				j.readOp = n - 1
+				slab = end
+				continue
+			}
+		}
+		w.reads = append(w.reads, readOp{src: j.src, key: c.Key, offset: c.Offset, length: c.Length, slabOff: slab})
+		j.slabOff = slab
+		j.readOp = len(w.reads) - 1
+		slab = align(slab + c.Length)
+	}
+	for _, ji := range w.jobs {
+		j := bp.jobs[ji]
+		if j.decInSlab {
+			j.decOff = slab
+			slab += align(int64(j.layout.Bytes()))
+		} else {
+			j.decOff = arena
+			arena += align(int64(j.layout.Bytes()))
+		}
+	}
+	w.slab, w.arena = slab, arena
+}
