@@ -52,6 +52,30 @@ type Chunk struct {
 	Codec  *ChunkCodec // always a leaf chain (Codec.Leaf() is true)
 }
 
+// Payload returns the part of the stored bytes src of a chunk whose codec
+// has a Simple Route that its compressor decodes: it verifies and strips the
+// checksum codecs after the compressor. With CompressionNone the payload is
+// the decoded chunk itself; with CompressionLZ4 it still starts with the
+// 4-byte size prefix. It fails for chunks without a Simple route, and with
+// a *FormatError when a checksum does not match.
+func (ch *Chunk) Payload(src []byte) ([]byte, error) {
+	c := ch.Codec
+	if !c.Route().Simple {
+		return nil, fmt.Errorf("zarr: %s: codec chain %s has no simple route", ch.Key, c)
+	}
+	for i := len(c.bytes) - 1; i >= 0; i-- {
+		cc, ok := c.bytes[i].(*checksumCodec)
+		if !ok {
+			break
+		}
+		var err error
+		if src, err = cc.strip(src); err != nil {
+			return nil, &FormatError{Key: ch.Key, Offset: ch.Offset, Err: err}
+		}
+	}
+	return src, nil
+}
+
 // Copy moves a block of Shape elements from Src in a decoded chunk (or
 // from the fill value) to Dst in the box buffer.
 type Copy struct {
