@@ -51,15 +51,30 @@ func randomBytes(r *rand.Rand, n int) []byte {
 
 // smoothU16 returns n bytes of little-endian uint16 samples like a
 // microscopy volume: a smooth 2-D field (rows of width w) plus noiseBits
-// bits of uniform noise, with a random phase per call.
+// bits of uniform noise, with a random phase and frequency per call.
 func smoothU16(r *rand.Rand, n, w, noiseBits int) []byte {
 	b := make([]byte, n&^1)
 	px, py := r.Float64()*2*math.Pi, r.Float64()*2*math.Pi
 	fx, fy := 0.5+r.Float64(), 0.5+r.Float64()
+	row := make([]float64, w)
+	for x := range row {
+		row[x] = 12000 * math.Sin(2*math.Pi*fx*float64(x)/float64(w)+px)
+	}
+	mask := uint64(1)<<noiseBits - 1
+	var bits uint64
+	var left int
+	var cy float64
 	for i := 0; i < len(b)/2; i++ {
-		x, y := float64(i%w)/float64(w), float64(i/w)/float64(w)
-		v := 20000 + 12000*math.Sin(2*math.Pi*fx*x+px)*math.Cos(2*math.Pi*fy*y+py)
-		v += float64(r.IntN(1 << noiseBits))
+		x := i % w
+		if x == 0 {
+			cy = math.Cos(2*math.Pi*fy*float64(i/w)/float64(w) + py)
+		}
+		if left < noiseBits {
+			bits, left = r.Uint64(), 64
+		}
+		v := 20000 + row[x]*cy + float64(bits&mask)
+		bits >>= noiseBits
+		left -= noiseBits
 		binary.LittleEndian.PutUint16(b[2*i:], uint16(v))
 	}
 	return b

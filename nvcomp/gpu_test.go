@@ -3,8 +3,16 @@ package nvcomp
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -32,35 +40,52 @@ type gpuChunk struct {
 	capacity int    // output capacity given to nvCOMP
 	shift    int    // bytes added to the input's and output's offsets (alignment tests)
 
-	out    []byte // the capacity bytes of the output buffer after decoding
-	size   uint64 // reported decompressed size
-	status Status
+	out     []byte // the capacity bytes of the output buffer after decoding
+	size    uint64 // reported decompressed size
+	status  Status
+	overrun bool // bytes around the output buffer changed
 }
 
-// decodeOnGPU runs one batch through dec: it lays the chunks out in one
-// input and one output allocation (each chunk at a 256-byte aligned offset
-// plus its shift), fills the output with a random byte so that unwritten
-// bytes show, decodes on a fresh stream and reads everything back. The
-// stream is synchronised under a watchdog: a decode that does not finish in
-// a minute panics with the batch's name rather than hang the run.
+// decodeOnGPU runs one batch through dec (see decodeBatch) and fails the
+// test on a launch or CUDA error.
 func decodeOnGPU(t testing.TB, e *cuda.Executor, dec *Decoder, what string, chunks []*gpuChunk) {
 	t.Helper()
+	if err := decodeBatch(e, dec, what, chunks, 4096); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	for _, c := range chunks {
+		if c.overrun {
+			t.Errorf("%s: %s: nvCOMP wrote outside the output buffer", what, c.name)
+		}
+	}
+}
+
+// decodeBatch runs one batch through dec: it lays the chunks out in one
+// input and one output allocation (each chunk at a 256-byte aligned offset
+// plus its shift, each output followed by guard bytes), fills the output
+// allocation with a random byte so that stray writes show, decodes on a
+// fresh stream and reads everything back. The stream is synchronised under
+// a watchdog: a decode that does not finish in a minute panics with the
+// batch's name rather than hang the run.
+func decodeBatch(e *cuda.Executor, dec *Decoder, what string, chunks []*gpuChunk, guard int) error {
 	n := len(chunks)
-	var inOff, outOff []int
+	var inOff, outOff, slot []int
 	var inTotal, outTotal, capTotal int
 	for _, c := range chunks {
 		inOff = append(inOff, inTotal+c.shift)
+		slot = append(slot, outTotal)
 		outOff = append(outOff, outTotal+c.shift)
 		inTotal += (c.shift + len(c.in) + 255) &^ 255
-		outTotal += (c.shift + c.capacity + 255) &^ 255
+		outTotal += (c.shift + c.capacity + guard + 255) &^ 255
 		capTotal += c.capacity
 	}
+	slot = append(slot, outTotal)
 	inHost := make([]byte, inTotal)
 	for i, c := range chunks {
 		copy(inHost[inOff[i]:], c.in)
 	}
 	fill := byte(rand.Uint32())
-	err := e.Do(func() error {
+	return e.Do(func() error {
 		var in, out, meta cuda.DevicePtr
 		defer in.Free()
 		defer out.Free()
@@ -81,7 +106,7 @@ func decodeOnGPU(t testing.TB, e *cuda.Executor, dec *Decoder, what string, chun
 		if err := cuda.MemsetD8(out, fill, outTotal); err != nil {
 			return err
 		}
-		m := make([]uint64, 6*n) // in ptrs, in sizes, out ptrs, capacities, sizes, statuses (int32)
+		m := make([]uint64, 6*n) // in ptrs, in sizes, out ptrs, capacities, sizes, then n int32 statuses
 		for i, c := range chunks {
 			m[i] = uint64(in) + uint64(inOff[i])
 			m[n+i] = uint64(len(c.in))
@@ -129,13 +154,26 @@ func decodeOnGPU(t testing.TB, e *cuda.Executor, dec *Decoder, what string, chun
 		for i, c := range chunks {
 			c.out = outHost[outOff[i] : outOff[i]+c.capacity]
 			c.size = m[4*n+i]
-			c.status = Status(int32(uint32(m[5*n+i])))
+			c.status = statusAt(m, n, i)
+			c.overrun = !allBytes(outHost[slot[i]:outOff[i]], fill) || !allBytes(outHost[outOff[i]+c.capacity:slot[i+1]], fill)
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
+}
+
+func allBytes(b []byte, v byte) bool {
+	for _, x := range b {
+		if x != v {
+			return false
+		}
 	}
+	return true
+}
+
+// statusAt returns status i of a batch whose metadata m holds six arrays of
+// n words; the last is the int32 statuses, packed.
+func statusAt(m []uint64, n, i int) Status {
+	return Status(int32(binary.LittleEndian.Uint32(u64bytes(m)[8*5*n+4*i:])))
 }
 
 func u64bytes(m []uint64) []byte {
@@ -322,7 +360,7 @@ func TestDecodeAllocs(t *testing.T) {
 			return err
 		}
 		for i := range n {
-			if err := CheckChunk(i, Status(int32(uint32(m[5*n+i]))), m[4*n+i], size); err != nil {
+			if err := CheckChunk(i, statusAt(m, n, i), m[4*n+i], size); err != nil {
 				return err
 			}
 		}
@@ -470,37 +508,80 @@ func withWindow(t testing.TB, frame []byte, log int) []byte {
 
 // TestZstdFrameFeatures runs nvCOMP on zstd chunks outside the plain case
 // (frames without content size, several frames, checksums, skippable
-// frames, wide windows) and logs what it does next to what the CPU decoder
-// does. It requires what ZstdGPUReason relies on: every chunk that the
-// scanner sends to the GPU decodes correctly there.
+// frames, wide windows), each alone in a child process, and logs what it
+// does next to what the CPU decoder does. It requires what ZstdGPUReason
+// relies on: every chunk that the scanner sends to the GPU decodes
+// correctly there, without writing outside its output.
 func TestZstdFrameFeatures(t *testing.T) {
-	lib, e := gpuEnv(t)
+	lib, _ := gpuEnv(t)
 	r := newRand(t)
 	cases := zstdFeatureCases(t, r)
-	var chunks []*gpuChunk
-	maxCap := 0
+	job := childJob{Alg: Zstd, Guard: 2 << 20}
 	for _, c := range cases {
-		chunks = append(chunks, &gpuChunk{name: c.name, in: c.chunk, capacity: c.capacity})
-		maxCap = max(maxCap, c.capacity)
+		job.Names = append(job.Names, c.name)
+		job.Chunks = append(job.Chunks, c.chunk)
+		job.Want = append(job.Want, c.want)
+		job.Capacity = append(job.Capacity, c.capacity)
 	}
-	dec := newDecoder(t, lib, e, DecoderConfig{Algorithm: Zstd, MaxChunks: len(chunks), MaxChunkBytes: maxCap})
-	decodeOnGPU(t, e, dec, "zstd frame features", chunks)
+	outs := isolateEach(t, job)
 	for i, c := range cases {
-		g := chunks[i]
+		o := outs[i]
 		cpu := "error"
 		if c.want != nil {
 			cpu = fmt.Sprintf("%d bytes", len(c.want))
 		}
-		correct := c.want != nil && g.status == StatusSuccess && g.size == uint64(len(c.want)) && bytes.Equal(g.out[:g.size], c.want)
 		// What a zarr reader, whose expected size is the capacity, would
 		// accept after checking status and size.
-		accepted := CheckChunk(i, g.status, g.size, c.capacity) == nil
+		accepted := o.fault == "" && CheckChunk(i, o.status, o.size, c.capacity) == nil
 		reason := ZstdGPUReason(c.chunk, c.capacity)
-		t.Logf("nvCOMP %s: %-45s gpu: %-28v size %-7d correct=%-5v accepted=%-5v | cpu: %-12s | route: %v",
-			lib.Version, c.name, g.status, g.size, correct, accepted, cpu, reason)
-		if reason == ZstdGPU && !correct {
-			t.Errorf("%s: routed to the GPU, but nvCOMP gives %v, %d bytes", c.name, g.status, g.size)
+		t.Logf("nvCOMP %s: %-42s | gpu: %-60v accepted=%-5v | cpu: %-12s | route: %v",
+			lib.Version, c.name, o, accepted, cpu, reason)
+		if reason == ZstdGPU && (!o.correct || o.overrun || o.fault != "") {
+			t.Errorf("%s: routed to the GPU, but nvCOMP gives %v", c.name, o)
 		}
+	}
+}
+
+// TestZstdLargeBatch decodes batches of valid zstd chunks of growing total
+// size, each in a child process, to find where nvCOMP stops working.
+func TestZstdLargeBatch(t *testing.T) {
+	lib, _ := gpuEnv(t)
+	r := newRand(t)
+	for _, g := range []struct {
+		alg      Algorithm
+		n, chunk int
+	}{
+		{Zstd, 4096, 64 << 10}, {Zstd, 2048, 256 << 10}, {Zstd, 2560, 256 << 10}, {Zstd, 2752, 256 << 10},
+		{Zstd, 2816, 256 << 10}, {Zstd, 3072, 256 << 10}, {Zstd, 4096, 256 << 10}, {Zstd, 700, 1 << 20},
+		{Zstd, 1024, 1 << 20}, {Zstd, 16384, 64 << 10}, {LZ4, 4096, 1 << 20},
+	} {
+		job := childJob{Alg: g.alg, N: g.n, Guard: 256}
+		for k := range 16 {
+			src := smoothU16(r, g.chunk, 256, 4)
+			var c []byte
+			if g.alg == Zstd {
+				c = zstdEncode(t, src, zstd.SpeedDefault, false)
+			} else {
+				c = lz4Encode(t, src, false)
+			}
+			job.Names = append(job.Names, fmt.Sprint(k))
+			job.Chunks = append(job.Chunks, c)
+			job.Want = append(job.Want, src)
+			job.Capacity = append(job.Capacity, g.chunk)
+		}
+		temp, err := lib.TempSize(g.alg, g.n, g.chunk, g.n*g.chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := runChild(t, job)
+		bad := 0
+		for i := range res.Correct {
+			if !res.Correct[i] || res.Overrun[i] {
+				bad++
+			}
+		}
+		t.Logf("nvCOMP %s %v: %5d × %4d KiB = %5d MiB, temp %6d MiB: error %q, %d of %d chunks wrong",
+			lib.Version, g.alg, g.n, g.chunk>>10, g.n*g.chunk>>20, temp>>20, res.Err, bad, len(res.Correct))
 	}
 }
 
@@ -532,76 +613,171 @@ func corrupt(r *rand.Rand, name string, chunk []byte, size int) []frameFeature {
 	return out
 }
 
-// TestGPUCorruptInput decodes damaged zstd and LZ4 chunks. It requires that
-// nvCOMP neither crashes nor hangs (a watchdog panics after a minute), that
-// every chunk it reports as decoded to the expected size holds exactly what
-// the CPU decoder makes of it (no wrong data behind a success), and that a
-// clean batch decodes correctly afterwards (the context is not poisoned).
-// It logs how often nvCOMP and the CPU decoders disagree.
+// TestGPUCorruptInput decodes damaged zstd and LZ4 chunks in child
+// processes (see isolate) and compares nvCOMP's results with the CPU
+// decoders'. It requires that nothing hangs (the child's watchdog ends a
+// decode after a minute), and it reports chunks that make nvCOMP fault or
+// write outside their output, and chunks that nvCOMP reports as decoded to
+// the expected size while the CPU rejects them or decodes them otherwise.
 func TestGPUCorruptInput(t *testing.T) {
-	lib, e := gpuEnv(t)
+	lib, _ := gpuEnv(t)
 	r := newRand(t)
 	for _, alg := range []Algorithm{Zstd, LZ4} {
 		var cases []frameFeature
 		size := 128 << 10
-		for kind, src := range testSources(r, size) {
-			for variant := range 2 {
-				var chunk []byte
-				if alg == Zstd {
-					chunk = zstdEncode(t, src, zstdLevels[r.IntN(len(zstdLevels))], variant == 1)
-				} else {
-					chunk = lz4Encode(t, src, variant == 1)
-				}
-				cases = append(cases, corrupt(r, fmt.Sprintf("%s/%v/%d", kind, alg, variant), chunk, size)...)
-			}
-		}
-		var chunks []*gpuChunk
-		for _, c := range cases {
-			chunks = append(chunks, &gpuChunk{name: c.name, in: c.chunk, capacity: c.capacity})
-		}
-		dec := newDecoder(t, lib, e, DecoderConfig{Algorithm: alg, MaxChunks: len(chunks), MaxChunkBytes: size})
-		decodeOnGPU(t, e, dec, fmt.Sprintf("corrupt %v", alg), chunks)
-		var bothFail, bothOK, gpuOnlyFails, gpuAcceptsInvalid int
-		for i, c := range cases {
-			g := chunks[i]
-			var cpu []byte
-			var cpuErr error
+		for _, kind := range []string{"random", "smooth"} {
+			src := testSources(r, size)[kind]
+			var chunk []byte
 			if alg == Zstd {
-				cpu, cpuErr = cpuZstd(c.chunk, c.capacity)
+				chunk = zstdEncode(t, src, zstdLevels[r.IntN(len(zstdLevels))], r.IntN(2) == 1)
 			} else {
-				cpu, cpuErr = cpuLZ4(c.chunk, c.capacity)
+				chunk = lz4Encode(t, src, r.IntN(2) == 1)
 			}
-			cpuOK := cpuErr == nil && len(cpu) == c.capacity
-			gpuOK := CheckChunk(i, g.status, g.size, c.capacity) == nil
+			cases = append(cases, corrupt(r, fmt.Sprintf("%s/%v", kind, alg), chunk, size)...)
+		}
+		job := childJob{Alg: alg, Guard: 256 << 10}
+		var cpuOK []bool
+		for _, c := range cases {
+			var cpu []byte
+			var err error
+			if alg == Zstd {
+				cpu, err = cpuZstd(c.chunk, c.capacity)
+			} else {
+				cpu, err = cpuLZ4(c.chunk, c.capacity)
+			}
+			ok := err == nil && len(cpu) == c.capacity
+			cpuOK = append(cpuOK, ok)
+			if !ok {
+				cpu = nil
+			}
+			job.Names = append(job.Names, c.name)
+			job.Chunks = append(job.Chunks, c.chunk)
+			job.Want = append(job.Want, cpu)
+			job.Capacity = append(job.Capacity, c.capacity)
+		}
+		outs := isolate(t, job)
+		var bothFail, bothOK, gpuOnlyFails, faults, overruns int
+		for i, c := range cases {
+			o := outs[i]
+			gpuOK := o.fault == "" && !o.overrun && CheckChunk(i, o.status, o.size, c.capacity) == nil
 			switch {
-			case gpuOK && cpuOK:
+			case o.fault != "":
+				faults++
+				t.Logf("%s: %v", c.name, o)
+				if strings.Contains(o.fault, "did not finish") {
+					t.Errorf("%s: nvCOMP hangs", c.name)
+				}
+			case o.overrun:
+				overruns++
+				t.Logf("%s: %v", c.name, o)
+			case gpuOK && cpuOK[i]:
 				bothOK++
-				if !bytes.Equal(g.out, cpu) {
-					t.Errorf("%s: nvCOMP and the CPU both decode %d bytes, but they differ at byte %d", c.name, c.capacity, firstDiff(g.out, cpu))
+				if !o.correct {
+					t.Errorf("%s: nvCOMP and the CPU both decode %d bytes, but differently", c.name, c.capacity)
 				}
 			case gpuOK:
-				gpuAcceptsInvalid++
-				t.Errorf("%s: nvCOMP reports success with %d bytes; the CPU decoder says %v (%d bytes)", c.name, g.size, cpuErr, len(cpu))
-			case cpuOK:
+				t.Errorf("%s: nvCOMP reports success with %d bytes; the CPU decoder rejects it", c.name, o.size)
+			case cpuOK[i]:
 				gpuOnlyFails++
-				t.Logf("%s: nvCOMP gives %v, %d bytes; the CPU decodes it", c.name, g.status, g.size)
+				t.Logf("%s: nvCOMP gives %v; the CPU decodes it", c.name, o)
 			default:
 				bothFail++
 			}
 		}
-		t.Logf("nvCOMP %s %v: %d damaged chunks: both fail %d, both decode (identically) %d, only nvCOMP fails %d, only the CPU fails %d",
-			lib.Version, alg, len(cases), bothFail, bothOK, gpuOnlyFails, gpuAcceptsInvalid)
-
-		// The context must still work.
-		src := smoothU16(r, size, 256, 4)
-		var clean []byte
-		if alg == Zstd {
-			clean = zstdEncode(t, src, zstd.SpeedDefault, false)
-		} else {
-			clean = lz4Encode(t, src, false)
-		}
-		after := []*gpuChunk{{name: "clean chunk after the damaged batch", in: clean, capacity: size}}
-		decodeOnGPU(t, e, dec, "clean after corrupt", after)
-		checkDecoded(t, after, [][]byte{src})
+		t.Logf("nvCOMP %s %v: %d damaged chunks: both fail %d, both decode (identically) %d, only nvCOMP fails %d, nvCOMP faults %d, nvCOMP writes outside the output %d",
+			lib.Version, alg, len(cases), bothFail, bothOK, gpuOnlyFails, faults, overruns)
 	}
+}
+
+// pythonProbe finds the interpreter of the cross-checks (env DAMACY_PYTHON)
+// and checks that it can import numpy and tensorstore.
+var pythonProbe = sync.OnceValues(func() (string, error) {
+	py := os.Getenv("DAMACY_PYTHON")
+	if py == "" {
+		return "", errors.New("DAMACY_PYTHON is not set")
+	}
+	out, err := exec.Command(py, "-c", "import numpy, tensorstore").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s cannot import numpy and tensorstore: %v: %s", py, err, out)
+	}
+	return py, nil
+})
+
+// mustPython returns the interpreter, or skips the test saying why there is
+// none (fails it when DAMACY_REQUIRE_PYTHON=1).
+func mustPython(t testing.TB) string {
+	t.Helper()
+	py, err := pythonProbe()
+	if err != nil {
+		if os.Getenv("DAMACY_REQUIRE_PYTHON") == "1" {
+			t.Fatalf("DAMACY_REQUIRE_PYTHON=1: %v", err)
+		}
+		t.Skipf("no Python for the tensorstore cross-check: %v", err)
+	}
+	return py
+}
+
+// TestTensorstoreChunks decodes the inner chunks of sharded zstd arrays
+// that tensorstore wrote (testdata/tensorstore_zstd.py, fresh random data):
+// on the CPU always, and with nvCOMP where there is a GPU, all of them,
+// whatever ZstdGPUReason says; the chunks routed to the GPU must decode
+// correctly there. It logs how the chunks' frames look and route.
+func TestTensorstoreChunks(t *testing.T) {
+	py := mustPython(t)
+	dir := t.TempDir()
+	seed := strconv.FormatUint(testSeed()%1_000_000_007, 10)
+	if out, err := exec.Command(py, filepath.Join("testdata", "tensorstore_zstd.py"), dir, seed).CombinedOutput(); err != nil {
+		t.Fatalf("tensorstore_zstd.py: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct {
+		Chunks []struct{ Array, Zst, Raw string }
+	}
+	if err := json.Unmarshal(raw, &manifest); err != nil {
+		t.Fatal(err)
+	}
+	if len(manifest.Chunks) == 0 {
+		t.Fatal("tensorstore_zstd.py wrote no chunks")
+	}
+	var chunks []*gpuChunk
+	var want [][]byte
+	reasons := map[string]int{}
+	maxCap := 0
+	for _, c := range manifest.Chunks {
+		zst, err1 := os.ReadFile(filepath.Join(dir, "chunks", c.Zst))
+		exp, err2 := os.ReadFile(filepath.Join(dir, "chunks", c.Raw))
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatal(err)
+		}
+		f, _ := scanZstdFrame(zst)
+		reasons[fmt.Sprintf("%s: content size %v, checksum %v: %v", c.Array, f.contentSize >= 0, f.checksum, ZstdGPUReason(zst, len(exp)))]++
+		if got, err := cpuZstd(zst, len(exp)); err != nil || !bytes.Equal(got, exp) {
+			t.Errorf("%s: klauspost decodes %d bytes, %v; want tensorstore's %d bytes", c.Zst, len(got), err, len(exp))
+		}
+		chunks = append(chunks, &gpuChunk{name: c.Zst, in: zst, capacity: len(exp)})
+		want = append(want, exp)
+		maxCap = max(maxCap, len(exp))
+	}
+	for k, n := range reasons {
+		t.Logf("%d chunks of %s", n, k)
+	}
+	if gpuProbe() != nil {
+		return // the GPU half needs a GPU
+	}
+	lib, e := gpuEnv(t)
+	dec := newDecoder(t, lib, e, DecoderConfig{Algorithm: Zstd, MaxChunks: len(chunks), MaxChunkBytes: maxCap})
+	decodeOnGPU(t, e, dec, "tensorstore chunks", chunks)
+	var correct int
+	for i, c := range chunks {
+		ok := CheckChunk(i, c.status, c.size, len(want[i])) == nil && bytes.Equal(c.out, want[i])
+		if ok {
+			correct++
+		} else if ZstdGPUReason(c.in, len(want[i])) == ZstdGPU {
+			t.Errorf("%s: routed to the GPU, but nvCOMP gives %v, %d bytes", c.name, c.status, c.size)
+		}
+	}
+	t.Logf("nvCOMP %s decodes %d of %d tensorstore chunks correctly", lib.Version, correct, len(chunks))
 }

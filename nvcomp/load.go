@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -113,7 +114,7 @@ func checkGeometry(alg Algorithm, maxChunks, maxChunkBytes, maxTotalBytes int) e
 		return fmt.Errorf("nvcomp: %s: max chunks per batch %d: must be positive", alg, maxChunks)
 	case maxChunkBytes <= 0 || int64(maxChunkBytes) > alg.maxChunkBytes():
 		return fmt.Errorf("nvcomp: %s: max chunk bytes %d: must be in [1, %d]", alg, maxChunkBytes, alg.maxChunkBytes())
-	case maxTotalBytes < maxChunkBytes || maxTotalBytes/maxChunks > maxChunkBytes:
+	case maxTotalBytes < maxChunkBytes || maxChunks <= math.MaxInt/maxChunkBytes && maxTotalBytes > maxChunks*maxChunkBytes:
 		return fmt.Errorf("nvcomp: %s: max total bytes %d: must be in [%d, %d×%d]",
 			alg, maxTotalBytes, maxChunkBytes, maxChunks, maxChunkBytes)
 	}
