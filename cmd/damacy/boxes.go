@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/damacy-go/damacy/pipeline"
+	"github.com/damacy-go/damacy/zarr"
+)
+
+// boxSet is the boxes a benchmark reads, as --boxes-out writes them for
+// peers (cmd/damacy/peers) to read the same boxes.
+type boxSet struct {
+	Scenario    string      `json:"scenario"`
+	DatasetDir  string      `json:"dataset_dir"` // absolute
+	Arrays      []string    `json:"arrays"`      // image group paths, relative to dataset_dir
+	Level       int         `json:"level"`       // the multiscale level read (its array is <image>/<level>)
+	DataTypes   []string    `json:"data_types"`  // per array
+	SampleShape []int64     `json:"sample_shape"`
+	BatchSize   int         `json:"batch_size"`
+	Warmup      int         `json:"warmup"`  // batches
+	Batches     int         `json:"batches"` // measured batches
+	Dtype       string      `json:"dtype"`   // output dtype: "float32" or "bfloat16"
+	Samples     []boxSample `json:"samples"` // (warmup + batches) * batch_size, warmup first
+}
+
+// boxSample is one sample: an index into Arrays and a half-open box.
+type boxSample struct {
+	Array int        `json:"array"`
+	Box   [][2]int64 `json:"box"`
+}
+
+// boxSeedStream separates the box RNG's stream from other uses of a seed.
+const boxSeedStream = 0x6461_6d61_6379_0001
+
+// drawBoxes draws the scenario's samples: for each, an array and an
+// in-bounds origin, uniformly at random from the run's seed.
+func drawBoxes(sc *Scenario) []boxSample {
+	r := rand.New(rand.NewPCG(sc.Run.Seed, boxSeedStream))
+	n := (sc.Run.Warmup + sc.Run.Batches) * sc.Run.BatchSize
+	out := make([]boxSample, n)
+	for i := range out {
+		s := boxSample{Array: r.IntN(sc.Dataset.Arrays), Box: make([][2]int64, len(sc.Run.SampleShape))}
+		for d, ext := range sc.Run.SampleShape {
+			o := r.Int64N(sc.Dataset.Shape[d] - ext + 1)
+			s.Box[d] = [2]int64{o, o + ext}
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// newBoxSet describes the scenario's boxes over the dataset in dir.
+func newBoxSet(sc *Scenario, dir string, samples []boxSample) (*boxSet, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	dt, _ := pipeline.ParseDtype(sc.Run.Dtype)
+	bs := &boxSet{
+		Scenario: sc.Name, DatasetDir: abs, SampleShape: sc.Run.SampleShape,
+		BatchSize: sc.Run.BatchSize, Warmup: sc.Run.Warmup, Batches: sc.Run.Batches,
+		Dtype: dt.String(), Samples: samples,
+	}
+	for i := range sc.Dataset.Arrays {
+		bs.Arrays = append(bs.Arrays, arrayName(i))
+		bs.DataTypes = append(bs.DataTypes, sc.Dataset.Dtype.at(i))
+	}
+	return bs, nil
+}
+
+func (bs *boxSet) write(path string) error {
+	b, err := json.Marshal(bs)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// uri is the pipeline URI of sample s: its image group.
+func (bs *boxSet) uri(s boxSample) string {
+	return filepath.Join(bs.DatasetDir, bs.Arrays[s.Array])
+}
+
+// sample converts s to a pipeline sample.
+func (bs *boxSet) sample(s boxSample) pipeline.Sample {
+	box := make([]pipeline.Range, len(s.Box))
+	for d, r := range s.Box {
+		box[d] = pipeline.Range{Start: r[0], Stop: r[1]}
+	}
+	return pipeline.Sample{URI: bs.uri(s), Box: box, Level: bs.Level}
+}
+
+// measuredBoxBytes is the size of the measured samples' boxes in their
+// arrays' data types.
+func (bs *boxSet) measuredBoxBytes() int64 {
+	var n int64
+	for _, s := range bs.Samples[bs.Warmup*bs.BatchSize:] {
+		dt, _ := zarr.ParseDataType(bs.DataTypes[s.Array])
+		v := int64(dt.Size())
+		for _, r := range s.Box {
+			v *= r[1] - r[0]
+		}
+		n += v
+	}
+	return n
+}
