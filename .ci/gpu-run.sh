@@ -17,6 +17,11 @@ if [ -z "${DAMACY_NVCOMP:-}" ]; then
   done
 fi
 
+# The consumer tests (torch, numpy) use the host's python3; on a GPU host the
+# GPU tests must run, not skip.
+export DAMACY_PYTHON=${DAMACY_PYTHON:-$(command -v python3)}
+export DAMACY_REQUIRE_GPU=${DAMACY_REQUIRE_GPU:-1}
+
 want=(); extra=()
 while [ $# -gt 0 ]; do
   if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi

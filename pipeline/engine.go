@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+
+	"github.com/damacy-go/damacy/cuda"
 )
 
 // stage says where the oldest unfinished batch is, for Pop's wait metrics.
@@ -45,6 +47,11 @@ type slot struct {
 	dev0  int     // CUDA engine: device ordinal
 	ready uintptr // CUDA engine: stream the batch is ready on
 
+	readyEvent cuda.Event  // CUDA engine: recorded when the batch is assembled
+	gpu        *cudaEngine // CUDA engine: for copies and releases
+	mu         sync.Mutex
+	after      []afterEvent // consumer events the next assemble into the slot waits for
+
 	refs   atomic.Int32
 	onFree func(*slot) // returns the slot to its pool
 }
@@ -70,16 +77,19 @@ func (s *slot) unref() {
 }
 
 // slotPool hands out batch slots in FIFO order and tracks how many are out.
+// After close, slots coming back are freed instead of reused.
 type slotPool struct {
 	free  chan *slot
-	all   []*slot
 	inUse atomic.Int64
-	done  chan struct{} // closed when every slot is back after drain
-	mu    sync.Mutex
+
+	mu      sync.Mutex
+	closed  bool
+	release func(*slot) // frees a slot's memory after close
+	last    func()      // runs once every slot is freed after close
 }
 
 func newSlotPool(slots []*slot) *slotPool {
-	sp := &slotPool{free: make(chan *slot, len(slots)), all: slots}
+	sp := &slotPool{free: make(chan *slot, len(slots))}
 	for _, s := range slots {
 		s.onFree = sp.put
 		sp.free <- s
@@ -100,8 +110,55 @@ func (sp *slotPool) get(ctx context.Context) (*slot, error) {
 }
 
 func (sp *slotPool) put(s *slot) {
-	sp.inUse.Add(-1)
-	sp.free <- s
+	sp.mu.Lock()
+	n := sp.inUse.Add(-1)
+	if !sp.closed {
+		sp.free <- s // buffered for every slot: never blocks
+		sp.mu.Unlock()
+		return
+	}
+	sp.mu.Unlock()
+	sp.release(s)
+	if n == 0 {
+		sp.last()
+	}
+}
+
+// close frees the slots in the pool with release now, and every slot still
+// out when it comes back; last runs once all are freed (now, when none is
+// out).
+func (sp *slotPool) close(release func(*slot), last func()) {
+	sp.mu.Lock()
+	sp.closed, sp.release, sp.last = true, release, last
+	var now []*slot
+	for len(sp.free) > 0 {
+		now = append(now, <-sp.free)
+	}
+	out := sp.inUse.Load()
+	sp.mu.Unlock()
+	for _, s := range now {
+		release(s)
+	}
+	if out == 0 {
+		last()
+	}
+}
+
+// afterEvent is a consumer event a slot's next fill waits for; own marks
+// events the pipeline created (destroyed once waited on).
+type afterEvent struct {
+	ev  cuda.Event
+	own bool
+}
+
+// takeAfter returns and clears the consumer events the slot's next fill
+// must wait for.
+func (s *slot) takeAfter() []afterEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	evs := s.after
+	s.after = nil
+	return evs
 }
 
 func asError(err error, target **Error) bool { return errors.As(err, target) }

@@ -81,11 +81,11 @@ func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wa
 		bs := &batchState{req: req, t0: time.Now()}
 		waves := []*wave{{batch: bs, last: true}}
 		if req.err != nil {
-			bs.err = req.err
+			bs.fail(req.err)
 		} else if bp, err := planBatch(s.meta, req, s.cfg.MaxChunkBytes, route); err != nil {
-			bs.err = err
+			bs.fail(err)
 		} else if err := bp.cutWaves(bs, s.lim); err != nil {
-			bs.err = err
+			bs.fail(err)
 		} else {
 			bs.plan = bp
 			waves = bp.waves
@@ -316,7 +316,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 		defer wg.Done()
 		defer close(read)
 		for w := range planned {
-			if w.batch.err == nil && len(w.reads) > 0 {
+			if w.batch.failed() == nil && len(w.reads) > 0 {
 				select {
 				case w.slabBuf = <-h.slabs:
 				case <-ctx.Done():
@@ -347,7 +347,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 		}
 		h.head.Store(int32(stageCompute))
 		bs := w.batch
-		if bs.err == nil && bs.slot == nil {
+		if bs.failed() == nil && bs.slot == nil {
 			s, err := h.pool.get(ctx)
 			if err != nil {
 				h.giveSlab(w)
@@ -355,7 +355,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			}
 			bs.slot = s
 		}
-		if bs.err == nil {
+		if bs.failed() == nil {
 			if err := h.compute(ctx, w, plan); err != nil {
 				bs.fail(err)
 			}
@@ -364,7 +364,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 		if !w.last {
 			continue
 		}
-		r := &result{req: bs.req, slot: bs.slot, err: bs.err}
+		r := &result{req: bs.req, slot: bs.slot, err: bs.failed()}
 		if r.err != nil && r.slot != nil {
 			r.slot.unref()
 			r.slot = nil
@@ -415,11 +415,4 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 		st.WavesEmitted++
 	})
 	return nil
-}
-
-// fail records the first error of a batch.
-func (bs *batchState) fail(err error) {
-	if bs.err == nil {
-		bs.err = err
-	}
 }

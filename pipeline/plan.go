@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/damacy-go/damacy/ptx"
@@ -25,6 +27,8 @@ type job struct {
 	arenaCost int64 // decoded-arena bytes the job needs
 
 	slabOff  int64 // where its stored bytes land in the slab
+	payOff   int64 // CUDA engine: where nvCOMP's input starts in the slab
+	payLen   int64 // and its length
 	decOff   int64 // where its decoded bytes go: in the slab when decInSlab, else in the arena
 	readOp   int   // the read op that brings it in
 	waveUses int   // copies that read it
@@ -58,6 +62,7 @@ type wave struct {
 	reads  []readOp
 	slab   int64 // staging bytes used
 	arena  int64 // decoded bytes used
+	ops    int   // copy ops
 	last   bool  // the batch's last wave
 
 	slabBuf []byte // host engine: the slab holding the wave's reads
@@ -72,19 +77,41 @@ type readOp struct {
 	slabOff int64
 }
 
-// batchState follows one batch through the stages.
+// batchState follows one batch through the stages. Its error is set by
+// whichever stage fails first and read by the others.
 type batchState struct {
 	req  *batchReq
 	plan *batchPlan
 	slot *slot
-	err  error
 	t0   time.Time
+
+	mu  sync.Mutex
+	err error
 }
 
-// waveLimits bounds a wave: staging bytes, decoded bytes and jobs.
+// fail records the first error of a batch.
+func (bs *batchState) fail(err error) {
+	bs.mu.Lock()
+	if bs.err == nil {
+		bs.err = err
+	}
+	bs.mu.Unlock()
+}
+
+// failed returns the batch's error, if any.
+func (bs *batchState) failed() error {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	return bs.err
+}
+
+// waveLimits bounds a wave: staging bytes, decoded bytes, jobs and copy
+// ops.
 type waveLimits struct {
 	slab, arena int64
 	jobs        int
+	ops         int   // copy ops (0: no limit)
+	opCost      int64 // staging bytes each copy op takes (its descriptor), 0 on the host engine
 	readCap     int64 // largest coalesced read
 	readGap     int64 // largest gap bridged when coalescing
 }
@@ -195,26 +222,57 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 		x, y := bp.jobs[a], bp.jobs[b]
 		return cmp.Or(cmp.Compare(x.src.uri, y.src.uri), cmp.Compare(x.chunk.Key, y.chunk.Key), cmp.Compare(x.chunk.Offset, y.chunk.Offset))
 	})
+	uses := make([]int, len(bp.jobs))
+	fills := 0
+	for _, c := range bp.copies {
+		if c.job >= 0 {
+			uses[c.job]++
+		} else {
+			fills++
+		}
+	}
+	opsLim := lim.ops
+	if opsLim == 0 {
+		opsLim = math.MaxInt
+	}
+	if fills > opsLim {
+		return errorf("plan", ErrBudget, "", "a batch needs %d fill ops, a wave takes %d", fills, opsLim)
+	}
+	newWave := func() *wave {
+		w := &wave{batch: bs, index: len(bp.waves)}
+		if w.index == 0 {
+			w.ops = fills
+			w.slab = int64(fills) * lim.opCost
+		}
+		bp.waves = append(bp.waves, w)
+		return w
+	}
 	var w *wave
 	for _, ji := range order {
 		j := bp.jobs[ji]
-		slab, arena := align(j.slabCost), align(j.arenaCost)
-		if slab > lim.slab {
+		slab, arena := align(j.slabCost)+int64(uses[ji])*lim.opCost, align(j.arenaCost)
+		if slab > lim.slab || (len(bp.waves) == 0 && slab+int64(fills)*lim.opCost > lim.slab) {
 			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d needs %d staging bytes, a wave has %d: raise Config.HostBufferBytes", j.chunk.Key, j.chunk.Offset, slab, lim.slab)
 		}
 		if arena > lim.arena {
 			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d needs %d decode bytes, a wave has %d: raise Config.DeviceBufferBytes", j.chunk.Key, j.chunk.Offset, arena, lim.arena)
 		}
-		if w == nil || w.slab+slab > lim.slab || w.arena+arena > lim.arena || len(w.jobs) == lim.jobs {
-			w = &wave{batch: bs, index: len(bp.waves)}
-			bp.waves = append(bp.waves, w)
+		if uses[ji] > opsLim {
+			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d is used by %d copy ops, a wave takes %d", j.chunk.Key, j.chunk.Offset, uses[ji], opsLim)
+		}
+		if w == nil || w.slab+slab > lim.slab || w.arena+arena > lim.arena || len(w.jobs) == lim.jobs || w.ops+uses[ji] > opsLim {
+			w = newWave()
+			if w.index == 0 && w.slab+slab > lim.slab { // the fills crowd wave 0
+				w = newWave()
+			}
 		}
 		w.jobs = append(w.jobs, ji)
 		w.slab += slab
 		w.arena += arena
+		w.ops += uses[ji]
 	}
 	if len(bp.waves) == 0 { // nothing to read: all fill
-		bp.waves = append(bp.waves, &wave{batch: bs})
+		newWave()
 	}
 	jobWave := make([]*wave, len(bp.jobs))
 	for _, w := range bp.waves {
@@ -243,7 +301,7 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 // gap between two reads is bridged only while the slab has room for it.
 func (w *wave) layout(bp *batchPlan, lim waveLimits) {
 	w.reads = w.reads[:0]
-	slack := lim.slab - w.slab // w.slab is the sum of the jobs' aligned costs here
+	slack := lim.slab - w.slab // w.slab is the sum of the jobs' costs here
 	var slab, arena int64
 	for _, ji := range w.jobs {
 		j := bp.jobs[ji]
@@ -278,5 +336,5 @@ func (w *wave) layout(bp *batchPlan, lim waveLimits) {
 			arena += align(int64(j.layout.Bytes()))
 		}
 	}
-	w.slab, w.arena = slab, arena
+	w.slab, w.arena = slab+int64(w.ops)*lim.opCost, arena
 }

@@ -1,0 +1,790 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/damacy-go/damacy/cuda"
+	"github.com/damacy-go/damacy/nvcomp"
+	"github.com/damacy-go/damacy/ptx"
+	"github.com/damacy-go/damacy/zarr"
+)
+
+// The CUDA engine's fixed geometry.
+const (
+	cudaSlabs    = 3       // pinned staging slabs: one filling, one copying, one spare
+	cudaWaveBufs = 2       // device wave buffers: one decoding, one being filled
+	maxWaveJobs  = 16384   // chunks per wave (nvCOMP batch size)
+	maxWaveOps   = 1 << 16 // copy ops per wave
+	jobDescBytes = 6 * 8   // per GPU chunk: in ptr, in size, out ptr, capacity, actual size, expected size
+	statusBytes  = 4       // per GPU chunk: nvCOMP status
+	opBytes      = int64(unsafe.Sizeof(ptx.Op{})) + 4
+)
+
+// cudaEngine assembles batches in GPU memory. Per wave: IO workers pread the
+// chunks into a pinned slab; the host checks checksums, parses frames and
+// decides per chunk whether nvCOMP or a CPU worker decodes it (CPU output
+// goes into the same slab); the slab's used prefix, with nvCOMP's argument
+// arrays and the assemble ops, crosses in one H2D copy; nvCOMP decodes into
+// the wave's arena; a status reduction and the assemble kernel follow. Three
+// streams (copy, decode, assemble) chained by events keep two waves in
+// flight without a host round trip; a waiter thread retires waves in order.
+type cudaEngine struct {
+	*stages
+	ex        *cuda.Executor
+	ordinal   int
+	kernels   *ptx.Kernels
+	lib       *nvcomp.Library
+	zstd      *nvcomp.Decoder
+	lz4       *nvcomp.Decoder
+	align     int64 // nvCOMP input/output alignment
+	copyS     cuda.Stream
+	decodeS   cuda.Stream
+	asmS      cuda.Stream
+	slabs     chan *cuda.HostBuffer
+	bufs      []*waveBuf
+	bufFree   chan *waveBuf
+	pool      *slotPool
+	slotMem   []cuda.DevicePtr
+	layout    ptx.Layout
+	metaRes   int64 // staging bytes reserved per wave for the block table
+	committed int64
+	sticky    atomic.Pointer[Error] // a CUDA error: every later batch fails with it
+}
+
+// waveBuf is one device wave buffer: staging (a copy of the slab) then the
+// arena nvCOMP decodes into, both addressed from base by the assemble ops.
+type waveBuf struct {
+	base    cuda.DevicePtr
+	arena   int64 // offset of the arena from base
+	size    int64
+	summary cuda.DevicePtr   // ptx.StatusSummary on the device
+	sumHost *cuda.HostBuffer // and its pinned host copy
+	start   cuda.Event       // timing events: before the H2D copy,
+	h2d     cuda.Event       // after it,
+	dec     cuda.Event       // after decoding,
+	done    cuda.Event       // after assembly
+	plan    *ptx.Plan        // the assemble plan of the wave using the buffer
+}
+
+// cudaWave is a wave on its way through the CUDA engine.
+type cudaWave struct {
+	*wave
+	slab      *cuda.HostBuffer
+	buf       *waveBuf
+	used      int64  // staging bytes to copy
+	gpu       []*job // chunks nvCOMP decodes: zstd first, then LZ4
+	nZstd     int
+	zstdCap   int // sum of the zstd capacities
+	lz4Cap    int
+	descOff   int64 // offset of nvCOMP's argument arrays in staging
+	plan      *ptx.Plan
+	opsOff    int64
+	blkOff    int64
+	err       error
+	submitted bool
+}
+
+// newCUDAEngine starts the CUDA engine on GPU ordinal; withNVCOMP false
+// keeps nvCOMP out even when it is installed (tests compare both paths).
+func newCUDAEngine(cfg Config, ordinal int, stats *statsSink, withNVCOMP bool) (*cudaEngine, error) {
+	if err := cuda.Init(); err != nil {
+		return nil, newError("new", ErrCUDA, "", err)
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return nil, newError("new", ErrCUDA, "", err)
+	}
+	if ordinal >= n {
+		return nil, errorf("new", ErrInvalid, "", "Config.Device = %q: the host has %d GPUs", cfg.Device, n)
+	}
+	dev, err := cuda.GetDevice(ordinal)
+	if err != nil {
+		return nil, newError("new", ErrCUDA, "", err)
+	}
+	st, err := newStages(cfg, stats)
+	if err != nil {
+		return nil, err
+	}
+	e := &cudaEngine{stages: st, ordinal: ordinal}
+	if e.ex, err = cuda.NewExecutor(dev); err != nil {
+		st.close()
+		return nil, newError("new", ErrCUDA, "", err)
+	}
+	if err := e.setup(withNVCOMP); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// setup loads the kernels and nvCOMP, creates the streams and events, and
+// reserves the pinned slabs and the wave buffers. Batch slots come in
+// reserve, once the sample shape is known.
+func (e *cudaEngine) setup(withNVCOMP bool) error {
+	cfg := e.cfg
+	decoder := "cpu"
+	var libErr error = errors.New("disabled")
+	if withNVCOMP {
+		var lib *nvcomp.Library
+		if lib, libErr = nvcomp.Load(); libErr == nil {
+			e.lib = lib
+		}
+	}
+	slab := cfg.HostBufferBytes / cudaSlabs &^ 4095
+	arena := cfg.DeviceBufferBytes / cudaWaveBufs &^ 4095
+	if need := 2*align(cfg.MaxChunkBytes) + 1<<20; slab < need {
+		return errorf("new", ErrBudget, "", "Config.HostBufferBytes = %d gives %d-byte staging slabs, below the %d one chunk of Config.MaxChunkBytes = %d needs: raise it to at least %d or lower MaxChunkBytes", cfg.HostBufferBytes, slab, need, cfg.MaxChunkBytes, need*cudaSlabs)
+	}
+	if need := align(cfg.MaxChunkBytes); arena < need {
+		return errorf("new", ErrBudget, "", "Config.DeviceBufferBytes = %d gives %d-byte wave arenas, below one chunk of Config.MaxChunkBytes = %d: raise it to at least %d or lower MaxChunkBytes", cfg.DeviceBufferBytes, arena, cfg.MaxChunkBytes, need*cudaWaveBufs)
+	}
+	e.lim = waveLimits{slab: slab, arena: arena, jobs: maxWaveJobs, ops: maxWaveOps, opCost: opBytes, readCap: 4 << 20, readGap: 64 << 10}
+	e.align = 16
+	err := e.ex.Do(func() error {
+		var err error
+		if e.kernels, err = ptx.Load(); err != nil {
+			return err
+		}
+		for _, s := range []*cuda.Stream{&e.copyS, &e.decodeS, &e.asmS} {
+			if *s, err = cuda.NewStream(cuda.StreamNonBlocking); err != nil {
+				return err
+			}
+		}
+		if e.lib != nil {
+			for _, alg := range []nvcomp.Algorithm{nvcomp.Zstd, nvcomp.LZ4} {
+				a, err := e.lib.Alignment(alg)
+				if err != nil {
+					return err
+				}
+				e.align = max(e.align, int64(a.Input), int64(a.Output))
+			}
+			dc := nvcomp.DecoderConfig{Algorithm: nvcomp.Zstd, MaxChunks: maxWaveJobs, MaxChunkBytes: int(cfg.MaxChunkBytes), MaxTotalBytes: int(arena)}
+			if e.zstd, err = e.lib.NewDecoder(dc); err != nil {
+				return err
+			}
+			dc.Algorithm = nvcomp.LZ4
+			if e.lz4, err = e.lib.NewDecoder(dc); err != nil {
+				return err
+			}
+			e.committed += int64(e.zstd.TempBytes() + e.lz4.TempBytes())
+		}
+		e.slabs = make(chan *cuda.HostBuffer, cudaSlabs)
+		for range cudaSlabs {
+			h, err := cuda.HostAlloc(int(slab), cuda.HostAllocPortable)
+			if err != nil {
+				return err
+			}
+			e.slabs <- h
+		}
+		e.bufFree = make(chan *waveBuf, cudaWaveBufs)
+		for range cudaWaveBufs {
+			b := &waveBuf{arena: slab, size: slab + arena}
+			e.bufs = append(e.bufs, b)
+			if b.base, err = cuda.MemAlloc(int(b.size)); err != nil {
+				return err
+			}
+			e.committed += b.size
+			if b.summary, err = cuda.MemAlloc(ptx.StatusSummarySize); err != nil {
+				return err
+			}
+			if b.sumHost, err = cuda.HostAlloc(ptx.StatusSummarySize, 0); err != nil {
+				return err
+			}
+			for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.dec, &b.done} {
+				if *ev, err = cuda.NewEvent(cuda.EventDefault); err != nil {
+					return err
+				}
+			}
+			e.bufFree <- b
+		}
+		return nil
+	})
+	if err != nil {
+		return cudaError("new", err)
+	}
+	if cfg.MaxGPUMemoryBytes > 0 && e.committed > cfg.MaxGPUMemoryBytes {
+		return errorf("new", ErrBudget, "", "wave buffers and nvCOMP scratch need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it, or lower DeviceBufferBytes / HostBufferBytes", e.committed, cfg.MaxGPUMemoryBytes)
+	}
+	if e.lib != nil {
+		decoder = fmt.Sprintf("nvcomp %s + cpu", e.lib.Version)
+		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, zstd and LZ4 chunks decoded by nvCOMP, others on the CPU", "device", e.ordinal, "nvcomp", e.lib.Path)
+	} else {
+		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, chunks decoded on the CPU (nvCOMP not loaded)", "device", e.ordinal, "reason", libErr)
+	}
+	e.stats.update(func(s *Stats) {
+		s.Engine, s.Decoder = "cuda", decoder
+		s.GPUBytesCommitted = e.committed
+	})
+	return nil
+}
+
+// cudaError wraps an error from the GPU side as ErrCUDA (or ErrOutOfMemory).
+func cudaError(op string, err error) *Error {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	kind := ErrCUDA
+	if errors.Is(err, cuda.ErrOutOfMemory) {
+		kind = ErrOutOfMemory
+	}
+	return newError(op, kind, "", err)
+}
+
+func (e *cudaEngine) reserve(shape []int) error {
+	e.shape = shape
+	e.layout = ptx.Layout{Samples: e.cfg.BatchSize, Shape: shape, Dtype: outDtype(e.cfg.Dtype)}
+	if err := e.layout.Validate(); err != nil {
+		return newError("new", ErrInvalid, "", err)
+	}
+	// The block table of a wave has at most one entry per ElemsPerBlock
+	// output elements plus one per op: reserve the first part per wave.
+	e.metaRes = align((e.layout.Bytes()/int64(e.layout.Dtype.Size()))/ptx.ElemsPerBlock*4 + 4096)
+	if e.metaRes >= e.lim.slab/2 {
+		return errorf("new", ErrBudget, "", "a batch of %d x %v needs %d staging bytes per wave for its block table: raise Config.HostBufferBytes", e.cfg.BatchSize, shape, e.metaRes)
+	}
+	e.lim.slab -= e.metaRes
+	for _, b := range e.bufs {
+		var err error
+		if b.plan, err = ptx.NewPlan(e.layout); err != nil {
+			return newError("new", ErrInvalid, "", err)
+		}
+	}
+	bytes := e.layout.Bytes()
+	total := e.committed + int64(e.cfg.LookaheadBatches)*bytes
+	if e.cfg.MaxGPUMemoryBytes > 0 && total > e.cfg.MaxGPUMemoryBytes {
+		return errorf("new", ErrBudget, "", "%d batch slots of %d bytes plus %d bytes of wave buffers and scratch need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it to at least %d", e.cfg.LookaheadBatches, bytes, e.committed, total, e.cfg.MaxGPUMemoryBytes, total)
+	}
+	slots := make([]*slot, e.cfg.LookaheadBatches)
+	err := e.ex.Do(func() error {
+		for i := range slots {
+			p, err := cuda.MemAlloc(int(bytes))
+			if err != nil {
+				return err
+			}
+			e.slotMem = append(e.slotMem, p)
+			ready, err := cuda.NewEvent(cuda.EventDisableTiming)
+			if err != nil {
+				return err
+			}
+			s := &slot{index: i, shape: append([]int64{int64(e.cfg.BatchSize)}, toInt64s(shape)...), dtype: e.cfg.Dtype,
+				dev: uintptr(p), dev0: e.ordinal, ready: uintptr(e.asmS), readyEvent: ready, gpu: e}
+			slots[i] = s
+		}
+		return nil
+	})
+	if err != nil {
+		return cudaError("new", err)
+	}
+	e.committed = total
+	e.stats.update(func(s *Stats) { s.GPUBytesCommitted = total })
+	e.pool = newSlotPool(slots)
+	return nil
+}
+
+func (e *cudaEngine) slotsInUse() int64 {
+	if e.pool == nil {
+		return 0
+	}
+	return e.pool.inUse.Load()
+}
+
+// route decides, from the codec chain alone, which decoder a chunk gets and
+// what it costs: chunks nvCOMP may take get arena space, and every chunk
+// gets staging room for its decoded bytes too, because the host may still
+// route it to the CPU once it sees the bytes (a frame nvCOMP cannot take).
+func (e *cudaEngine) route(j *job) {
+	n := int64(j.layout.Bytes())
+	r := j.chunk.Codec.Route()
+	j.gpu = e.zstd != nil && r.Simple && (r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4)
+	j.slabCost = j.chunk.Length + align(n) + jobDescBytes + statusBytes
+	if j.gpu {
+		j.arenaCost = n
+	}
+}
+
+func (e *cudaEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- *result) {
+	planned := make(chan *wave, 4)
+	prepared := make(chan *cudaWave, cudaSlabs-1)
+	submitted := make(chan *cudaWave, cudaWaveBufs)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		e.plan(ctx, reqs, planned, e.route)
+	}()
+	go func() {
+		defer wg.Done()
+		defer close(prepared)
+		for w := range planned {
+			cw := &cudaWave{wave: w}
+			if w.batch.failed() == nil && e.sticky.Load() == nil {
+				e.prepare(ctx, cw)
+			}
+			select {
+			case prepared <- cw:
+			case <-ctx.Done():
+				e.recycle(cw)
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		defer close(submitted)
+		for cw := range prepared {
+			bs := cw.batch
+			if cw.err == nil && bs.failed() == nil && bs.slot == nil {
+				s, err := e.pool.get(ctx)
+				if err != nil {
+					e.recycle(cw)
+					return
+				}
+				bs.slot = s
+			}
+			if cw.err == nil && bs.failed() == nil {
+				if err := e.submit(cw); err != nil {
+					cw.err = err
+				}
+			}
+			select {
+			case submitted <- cw:
+			case <-ctx.Done():
+				e.recycle(cw)
+				return
+			}
+		}
+	}()
+	e.retire(ctx, submitted, out)
+	wg.Wait()
+}
+
+// recycle gives a wave's slab and wave buffer back without using them.
+func (e *cudaEngine) recycle(cw *cudaWave) {
+	if cw.slab != nil {
+		e.slabs <- cw.slab
+		cw.slab = nil
+	}
+	if cw.buf != nil {
+		e.bufFree <- cw.buf
+		cw.buf = nil
+	}
+}
+
+// prepare reads a wave into a pinned slab and lays out everything its H2D
+// copy carries. Errors are the batch's (cw.err).
+func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
+	w := cw.wave
+	fail := func(err error) { cw.err = err }
+	select {
+	case cw.slab = <-e.slabs:
+	case <-ctx.Done():
+		fail(ctx.Err())
+		return
+	}
+	slab := cw.slab.Bytes()
+	if err := e.read(ctx, w, slab); err != nil {
+		fail(err)
+		return
+	}
+	select {
+	case cw.buf = <-e.bufFree:
+	case <-ctx.Done():
+		fail(ctx.Err())
+		return
+	}
+	bp := w.batch.plan
+	end := int64(0)
+	for _, r := range w.reads {
+		end = max(end, align(r.slabOff+r.length))
+	}
+	// Final routing, now that the bytes are here: checksums are verified
+	// and stripped; raw chunks are read in place; frames nvCOMP cannot
+	// take go to the CPU.
+	var cpu []*job
+	cpuSet := map[*job]bool{}
+	where := map[*job]int64{} // decoded bytes' offset from the wave buffer's base
+	var zstdJobs, lz4Jobs []*job
+	for _, ji := range w.jobs {
+		j := bp.jobs[ji]
+		stored := slab[j.slabOff : j.slabOff+j.chunk.Length]
+		r := j.chunk.Codec.Route()
+		if !r.Simple {
+			cpu = append(cpu, j)
+			continue
+		}
+		payload, err := j.chunk.Payload(stored)
+		if err != nil {
+			fail(decodeError(j, err))
+			return
+		}
+		poff := j.slabOff + int64(payloadOffset(stored, payload))
+		n := j.layout.Bytes()
+		switch {
+		case r.Compression == zarr.CompressionNone && len(payload) == n && poff%int64(j.src.dtype.Size()) == 0:
+			where[j] = poff
+		case j.gpu && r.Compression == zarr.CompressionZstd && poff%e.align == 0 && nvcomp.ZstdGPUCompatible(payload, n):
+			j.payOff, j.payLen = poff, int64(len(payload))
+			zstdJobs = append(zstdJobs, j)
+		case j.gpu && r.Compression == zarr.CompressionLZ4 && len(payload) > 4 && (poff+4)%e.align == 0 &&
+			binary.LittleEndian.Uint32(payload) == uint32(n):
+			j.payOff, j.payLen = poff+4, int64(len(payload)-4)
+			lz4Jobs = append(lz4Jobs, j)
+		default:
+			cpu = append(cpu, j)
+		}
+	}
+	// CPU-decoded chunks land after the reads.
+	for _, j := range cpu {
+		where[j] = end
+		cpuSet[j] = true
+		end += align(int64(j.layout.Bytes()))
+	}
+	if err := e.decodeCPU(ctx, w, slab, func(j *job) bool { return cpuSet[j] }, func(j *job) []byte {
+		off := where[j]
+		n := int64(j.layout.Bytes())
+		return slab[off : off+n : off+n]
+	}); err != nil {
+		fail(err)
+		return
+	}
+	// nvCOMP's argument arrays: ptrs, sizes, out ptrs, capacities, actual
+	// sizes, expected sizes (8 bytes each), then statuses.
+	cw.gpu = append(zstdJobs, lz4Jobs...)
+	cw.nZstd = len(zstdJobs)
+	var arena int64
+	base := int64(cw.buf.base)
+	for _, j := range cw.gpu {
+		where[j] = cw.buf.arena + arena
+		arena += align(int64(j.layout.Bytes()))
+	}
+	n := int64(len(cw.gpu))
+	cw.descOff = end
+	desc := slab[end : end+n*jobDescBytes]
+	for i, j := range cw.gpu {
+		put := func(k int, v uint64) { binary.LittleEndian.PutUint64(desc[(int64(k)*n+int64(i))*8:], v) }
+		c := j.layout.Bytes()
+		put(0, uint64(base+j.payOff))
+		put(1, uint64(j.payLen))
+		put(2, uint64(base+where[j]))
+		put(3, uint64(c))
+		put(4, 0)
+		put(5, uint64(c))
+		if i < cw.nZstd {
+			cw.zstdCap += c
+		} else {
+			cw.lz4Cap += c
+		}
+	}
+	end += align(n*jobDescBytes + n*statusBytes)
+	// The assemble ops, with every source addressed from the buffer base.
+	p, err := planFor(cw.buf.plan, len(w.batch.req.samples))
+	if err != nil {
+		fail(err)
+		return
+	}
+	if _, err := e.assemblePlan(p, w, func(j *job) int64 { return where[j] }); err != nil {
+		fail(err)
+		return
+	}
+	cw.plan = p
+	ops, blocks := ptx.OpBytes(p.Ops()), p.BlockOps()
+	cw.opsOff = end
+	copy(slab[end:], ops)
+	end = align(end + int64(len(ops)))
+	cw.blkOff = end
+	copy(slab[end:], unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(blocks))), 4*len(blocks)))
+	end = align(end + 4*int64(len(blocks)))
+	if end > int64(len(slab)) || arena > cw.buf.size-cw.buf.arena {
+		fail(errorf("plan", ErrBudget, "", "wave layout overflow: %d staging bytes of %d, %d arena bytes of %d (a planning bug)", end, len(slab), arena, cw.buf.size-cw.buf.arena))
+		return
+	}
+	cw.used = end
+}
+
+// payloadOffset is where payload starts inside stored (a sub-slice of it).
+func payloadOffset(stored, payload []byte) int {
+	if len(payload) == 0 {
+		return 0
+	}
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(payload))) - uintptr(unsafe.Pointer(unsafe.SliceData(stored))))
+}
+
+// submit queues a prepared wave on the GPU: H2D on the copy stream, nvCOMP
+// and the status reduction on the decode stream, assembly on the assemble
+// stream, chained by events. Nothing here waits for the GPU.
+func (e *cudaEngine) submit(cw *cudaWave) error {
+	b, sl := cw.buf, cw.batch.slot
+	slab := cw.slab.Bytes()
+	n := len(cw.gpu)
+	first := cw.index == 0
+	err := e.ex.Do(func() error {
+		if err := b.start.Record(e.copyS); err != nil {
+			return err
+		}
+		if err := e.copyS.CopyHtoD(b.base, slab[:cw.used]); err != nil {
+			return err
+		}
+		if err := b.h2d.Record(e.copyS); err != nil {
+			return err
+		}
+		if err := e.decodeS.WaitEvent(b.h2d); err != nil {
+			return err
+		}
+		if n > 0 {
+			desc := b.base + cuda.DevicePtr(cw.descOff)
+			arr := func(k, from int) cuda.DevicePtr { return desc + cuda.DevicePtr((k*n+from)*8) }
+			statuses := desc + cuda.DevicePtr(6*n*8)
+			batch := func(from, count, capacity int) *nvcomp.Batch {
+				return &nvcomp.Batch{N: count, CompressedPtrs: arr(0, from), CompressedBytes: arr(1, from), OutputPtrs: arr(2, from),
+					OutputCapacities: arr(3, from), TotalCapacity: capacity, OutputSizes: arr(4, from), Statuses: statuses + cuda.DevicePtr(4*from)}
+			}
+			if cw.nZstd > 0 {
+				if err := e.zstd.Decode(e.decodeS, batch(0, cw.nZstd, cw.zstdCap)); err != nil {
+					return err
+				}
+			}
+			if m := n - cw.nZstd; m > 0 {
+				if err := e.lz4.Decode(e.decodeS, batch(cw.nZstd, m, cw.lz4Cap)); err != nil {
+					return err
+				}
+			}
+			if err := e.kernels.ReduceStatus(e.decodeS, statuses, arr(4, 0), arr(5, 0), n, b.summary); err != nil {
+				return err
+			}
+		}
+		if err := b.dec.Record(e.decodeS); err != nil {
+			return err
+		}
+		if err := e.asmS.WaitEvent(b.dec); err != nil {
+			return err
+		}
+		if first {
+			for _, a := range sl.takeAfter() {
+				if err := e.asmS.WaitEvent(a.ev); err != nil {
+					return err
+				}
+				if a.own {
+					if err := a.ev.Destroy(); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		ops, blocks := b.base+cuda.DevicePtr(cw.opsOff), b.base+cuda.DevicePtr(cw.blkOff)
+		if err := e.kernels.Assemble(e.asmS, cw.plan, ops, blocks, b.base, b.size, cuda.DevicePtr(sl.dev)); err != nil {
+			return err
+		}
+		if n > 0 {
+			if err := e.asmS.CopyDtoH(b.sumHost.Bytes(), b.summary); err != nil {
+				return err
+			}
+		}
+		if err := b.done.Record(e.asmS); err != nil {
+			return err
+		}
+		if cw.last {
+			return sl.readyEvent.Record(e.asmS)
+		}
+		return nil
+	})
+	if err != nil {
+		ce := cudaError("submit", err)
+		e.sticky.CompareAndSwap(nil, ce)
+		return ce
+	}
+	cw.submitted = true
+	return nil
+}
+
+// retire waits for each wave in order on a thread with the context
+// current: it frees the slab once its copy is done and the wave buffer once
+// the wave is assembled, checks nvCOMP's statuses, and emits each batch
+// after its last wave.
+func (e *cudaEngine) retire(ctx context.Context, in <-chan *cudaWave, out chan<- *result) {
+	unlock, err := cuda.LockThread(e.ex.Context())
+	if err != nil {
+		e.sticky.CompareAndSwap(nil, cudaError("retire", err))
+	} else {
+		defer unlock()
+	}
+	for {
+		e.head.Store(int32(stageIO))
+		var cw *cudaWave
+		select {
+		case cw = <-in:
+		case <-ctx.Done():
+			return
+		}
+		if cw == nil {
+			return
+		}
+		e.head.Store(int32(stageCompute))
+		if cw.submitted {
+			e.finish(cw)
+		}
+		e.recycle(cw)
+		bs := cw.batch
+		if cw.err != nil {
+			bs.fail(cw.err)
+		}
+		if se := e.sticky.Load(); se != nil {
+			bs.fail(se)
+		}
+		if !cw.last {
+			continue
+		}
+		r := &result{req: bs.req, slot: bs.slot, err: bs.failed()}
+		if r.err != nil && r.slot != nil {
+			r.slot.unref()
+			r.slot = nil
+		}
+		select {
+		case out <- r:
+		case <-ctx.Done():
+			if r.slot != nil {
+				r.slot.unref()
+			}
+			return
+		}
+	}
+}
+
+// finish waits for a submitted wave, records its stage times, and checks
+// its chunks' statuses.
+func (e *cudaEngine) finish(cw *cudaWave) {
+	b := cw.buf
+	if err := b.h2d.Synchronize(); err != nil {
+		cw.err = cudaError("h2d", err)
+		e.sticky.CompareAndSwap(nil, cw.err.(*Error))
+	}
+	e.slabs <- cw.slab
+	cw.slab = nil
+	if err := b.done.Synchronize(); err != nil {
+		cw.err = cudaError("assemble", err)
+		e.sticky.CompareAndSwap(nil, cw.err.(*Error))
+		return
+	}
+	h2d, _ := cuda.EventElapsedTime(b.start, b.h2d)
+	dec, _ := cuda.EventElapsedTime(b.h2d, b.dec)
+	asm, _ := cuda.EventElapsedTime(b.dec, b.done)
+	var in, outB int64
+	for _, j := range cw.gpu {
+		in += j.payLen
+		outB += int64(j.layout.Bytes())
+	}
+	elems := int64(0)
+	for _, op := range cw.plan.Ops() {
+		n := int64(1)
+		for d := range len(e.shape) {
+			n *= int64(op.Extent[d])
+		}
+		elems += n
+	}
+	e.stats.update(func(s *Stats) {
+		s.H2D.add(h2d, cw.used, cw.used)
+		if len(cw.gpu) > 0 {
+			s.Decompress.add(dec, in, outB)
+			s.ChunksGPU += int64(len(cw.gpu))
+			s.ChunksDecoded += int64(len(cw.gpu))
+		}
+		s.Assemble.add(asm, 0, elems*int64(e.layout.Dtype.Size()))
+		s.WavesEmitted++
+	})
+	if len(cw.gpu) == 0 {
+		return
+	}
+	sum, err := ptx.DecodeStatusSummary(b.sumHost.Bytes())
+	if err != nil {
+		cw.err = newError("decode", ErrDecode, "", err)
+		return
+	}
+	if sum.Bad > 0 {
+		i := int(sum.First)
+		if i >= len(cw.gpu) {
+			cw.err = errorf("decode", ErrDecode, "", "%d chunks failed to decode on the GPU", sum.Bad)
+			return
+		}
+		j := cw.gpu[i]
+		cerr := nvcomp.CheckChunk(i, nvcomp.Status(sum.Status), sum.Actual, int(sum.Expected))
+		cw.err = errorf("decode", ErrDecode, j.src.uri, "chunk %s at offset %d (%d bytes), nvCOMP: %v (%d chunks of the wave failed)", j.chunk.Key, j.chunk.Offset, j.chunk.Length, cerr, sum.Bad)
+	}
+}
+
+// close frees everything once run has returned. Slots still held by the
+// consumer are freed when they come back.
+func (e *cudaEngine) close() error {
+	var first error
+	if e.ex != nil {
+		err := e.ex.Do(func() error {
+			var errs []error
+			for _, s := range []cuda.Stream{e.copyS, e.decodeS, e.asmS} {
+				if s != 0 {
+					errs = append(errs, s.Synchronize())
+				}
+			}
+			if e.zstd != nil {
+				errs = append(errs, e.zstd.Close())
+			}
+			if e.lz4 != nil {
+				errs = append(errs, e.lz4.Close())
+			}
+			for _, b := range e.bufs {
+				errs = append(errs, b.base.Free(), b.summary.Free())
+				if b.sumHost != nil {
+					errs = append(errs, b.sumHost.Free())
+				}
+				for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.dec, &b.done} {
+					errs = append(errs, ev.Destroy())
+				}
+			}
+			close(e.slabs)
+			for h := range e.slabs {
+				errs = append(errs, h.Free())
+			}
+			for _, s := range []*cuda.Stream{&e.copyS, &e.decodeS} {
+				errs = append(errs, s.Destroy())
+			}
+			return errors.Join(errs...)
+		})
+		first = err
+	}
+	e.stages.close()
+	if e.pool == nil {
+		e.closeExecutor()
+	} else {
+		// Slots held by the consumer are freed when released; the
+		// executor, the assemble stream and the kernels live until then.
+		e.pool.close(func(s *slot) {
+			e.ex.Do(func() error {
+				p := cuda.DevicePtr(s.dev)
+				return errors.Join(p.Free(), s.readyEvent.Destroy())
+			})
+		}, e.closeExecutor)
+	}
+	if first != nil {
+		return cudaError("close", first)
+	}
+	return nil
+}
+
+// closeExecutor frees what the last slot needed and stops the executor.
+func (e *cudaEngine) closeExecutor() {
+	if e.ex == nil {
+		return
+	}
+	e.ex.Do(func() error {
+		err := e.asmS.Synchronize()
+		if e.kernels != nil {
+			err = errors.Join(err, e.kernels.Unload())
+		}
+		return errors.Join(err, e.asmS.Destroy())
+	})
+	e.ex.Close()
+}
