@@ -23,9 +23,11 @@ import (
 type Array struct {
 	dir string
 	l   *layout
-	// encoders holds per-goroutine encoding scratch (*blockEncoder), all
-	// Go heap.
-	encoders sync.Pool
+	// blockEncoders and chunkEncoders hold encoding scratch, all Go heap.
+	blockEncoders, chunkEncoders sync.Pool
+	// slots bounds the chunks being encoded at once, over all calls, to
+	// GOMAXPROCS at creation, and with it the chunk encoders in use.
+	slots chan struct{}
 }
 
 // Create validates spec and writes the array's metadata into dir, creating
@@ -50,8 +52,9 @@ func Create(dir string, spec Spec) (*Array, error) {
 }
 
 func newArray(dir string, l *layout) *Array {
-	a := &Array{dir: dir, l: l}
-	a.encoders.New = func() any { return newBlockEncoder(l) }
+	a := &Array{dir: dir, l: l, slots: make(chan struct{}, runtime.GOMAXPROCS(0))}
+	a.blockEncoders.New = func() any { return new(blockEncoder) }
+	a.chunkEncoders.New = func() any { return newChunkEncoder(l) }
 	return a
 }
 
@@ -118,21 +121,13 @@ func (a *Array) block(i int) []zarr.Range {
 	return box
 }
 
-// MaxBlockBytes returns the size in bytes of the largest block region: what
-// a buffer for one block's data needs.
-func (a *Array) MaxBlockBytes() int {
-	n := a.l.ti.size
-	for d, b := range a.l.block {
-		n *= int(min(b, a.l.spec.Shape[d]))
-	}
-	return n
-}
-
 // WriteRegion writes data, the elements of box in C order, little-endian.
 // box must cover whole blocks: each Start a multiple of the block shape
 // (ShardShape, or ChunkShape when unsharded), each Stop one too or the
-// array's extent. Each block in box is encoded and stored once, from up to
-// GOMAXPROCS goroutines. Calls for disjoint boxes may run concurrently.
+// array's extent. Each block in box is encoded and stored once; blocks, and
+// the chunks of a block, are encoded by up to GOMAXPROCS goroutines. Calls
+// for disjoint boxes may run concurrently; together they still encode at
+// most GOMAXPROCS chunks at a time.
 func (a *Array) WriteRegion(box []zarr.Range, data []byte) error {
 	l := a.l
 	if len(box) != len(l.block) {
@@ -156,9 +151,11 @@ func (a *Array) WriteRegion(box []zarr.Range, data []byte) error {
 	if len(data) != want {
 		return fmt.Errorf("writer: %s: region data is %d bytes; want %d: %w", a.dir, len(data), want, ErrInvalid)
 	}
-	src := region{box: box, data: data}
-	return parallel(context.Background(), nblocks, 0, func() (func(int) error, func()) {
-		e := a.encoders.Get().(*blockEncoder)
+	src := source{box: box, data: data}
+	workers := runtime.GOMAXPROCS(0)
+	p := chunkParallelism(workers, nblocks)
+	return parallel(context.Background(), nblocks, workers, func() (func(int) error, func()) {
+		e := a.blockEncoders.Get().(*blockEncoder)
 		return func(k int) error {
 				// Block k of the region, in C order of its sub-grid.
 				g := make([]int64, len(lo))
@@ -168,44 +165,49 @@ func (a *Array) WriteRegion(box []zarr.Range, data []byte) error {
 					g[d] = lo[d] + n%span
 					n /= span
 				}
-				return a.writeBlock(e, g, src)
+				return a.writeBlock(e, g, src, p)
 			}, func() {
-				a.encoders.Put(e)
+				a.blockEncoders.Put(e)
 			}
 	})
 }
 
 // WriteFrom writes every block of the array with data from src, which must
 // fill dst with the elements of box (C order, little-endian), as
-// Synth.Fill does. It runs workers goroutines (0 means GOMAXPROCS), each
-// holding one block buffer and calling src for one block at a time; src
-// must be safe for concurrent use. The first error stops the work and is
-// returned, as is ctx.Err() if ctx ends first.
+// Synth.Fill does. src is called once per chunk (the inner chunks of a
+// sharded array) with the chunk's box clipped to the array, from several
+// goroutines at once: it must be safe for concurrent use. Up to workers
+// goroutines (0 means GOMAXPROCS) each write one block at a time and share
+// the chunks of their blocks with the spare goroutines when there are
+// fewer blocks than workers. Memory is about one chunk per goroutine plus
+// one compressed block per block in progress. The first error stops the
+// work and is returned, as is ctx.Err() if ctx ends first.
 func (a *Array) WriteFrom(ctx context.Context, workers int, src func(dst []byte, box []zarr.Range) error) error {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	p := chunkParallelism(workers, a.l.nblocks)
 	return parallel(ctx, a.l.nblocks, workers, func() (func(int) error, func()) {
-		e := a.encoders.Get().(*blockEncoder)
-		buf := make([]byte, a.MaxBlockBytes())
+		e := a.blockEncoders.Get().(*blockEncoder)
 		return func(i int) error {
 				box := a.block(i)
-				dst := buf[:boxBytes(box, a.l.ti.size)]
-				if err := src(dst, box); err != nil {
-					return err
-				}
 				g := make([]int64, len(box))
 				for d, r := range box {
 					g[d] = r.Start / a.l.block[d]
 				}
-				return a.writeBlock(e, g, region{box: box, data: dst})
+				return a.writeBlock(e, g, source{fn: src}, p)
 			}, func() {
-				a.encoders.Put(e)
+				a.blockEncoders.Put(e)
 			}
 	})
 }
 
-// region is a box of the array and its data, C order, little-endian.
-type region struct {
-	box  []zarr.Range
+// source is where a block's data comes from: a region of the array in
+// memory, or a function that fills any box.
+type source struct {
+	box  []zarr.Range // the region, C order, little-endian
 	data []byte
+	fn   func(dst []byte, box []zarr.Range) error
 }
 
 // parallel runs n jobs, 0..n-1, on up to workers goroutines (0 means
@@ -261,11 +263,19 @@ func (a *Array) key(g []int64) string {
 	return b.String()
 }
 
+// chunkParallelism is how many goroutines encode the chunks of each block
+// when workers goroutines write nblocks blocks: the workers left over once
+// each block has one, so that arrays of a few large shards use every core.
+func chunkParallelism(workers, nblocks int) int {
+	return max(1, workers/max(1, min(workers, nblocks)))
+}
+
 // writeBlock encodes the block at grid position g from src, which covers
-// it, and stores or (when it is all fill and skipped) removes its object.
-func (a *Array) writeBlock(e *blockEncoder, g []int64, src region) error {
+// it, with up to p goroutines, and stores or (when it is all fill and
+// skipped) removes its object.
+func (a *Array) writeBlock(e *blockEncoder, g []int64, src source, p int) error {
 	key := a.key(g)
-	obj, err := e.encodeBlock(g, src)
+	obj, err := a.encodeBlock(e, g, src, p)
 	if err != nil {
 		return fmt.Errorf("writer: %s: block %s: %w", a.dir, key, err)
 	}

@@ -24,7 +24,7 @@ func (c Compression) checkBlosc() error {
 
 // encodeBlosc compresses one chunk into a blosc1 chunk, with an encoder kept
 // in e.
-func (e *blockEncoder) encodeBlosc(data []byte) ([]byte, error) {
+func (e *chunkEncoder) encodeBlosc(data []byte) ([]byte, error) {
 	if e.blosc == nil {
 		c := e.l.spec.Compression
 		enc, err := blosc.NewEncoder(blosc.Options{

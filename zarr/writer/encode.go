@@ -5,10 +5,15 @@ import (
 	"compress/gzip"
 	"compress/zlib"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"math"
+	"sync"
+	"sync/atomic"
 
+	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
@@ -16,16 +21,17 @@ import (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// blockEncoder encodes blocks, one at a time. Its buffers are reused from
-// block to block.
-type blockEncoder struct {
+// chunkEncoder encodes one chunk at a time: it copies the chunk out of the
+// caller's region, then runs it through the codec chain. Its buffers and
+// codec states are reused from chunk to chunk.
+type chunkEncoder struct {
 	l     *layout
 	chunk []byte // one chunk, C order, little-endian
 	swap  []byte // the chunk transposed or byte-swapped
 	comp  []byte // one compressed chunk
-	obj   []byte // the object being assembled
-	// at, ext, srcAt, srcShape and zero describe the chunk being
-	// extracted (see extract).
+	part  []byte // the inside part of an edge chunk, from a source function
+	// at is the chunk's origin in the array; ext, srcAt, srcShape and zero
+	// describe its copy (see extract).
 	at, ext, srcAt, srcShape, zero []int64
 
 	zstd   *zstd.Encoder
@@ -41,8 +47,8 @@ type streamWriter interface {
 	Reset(w io.Writer)
 }
 
-func newBlockEncoder(l *layout) *blockEncoder {
-	return &blockEncoder{
+func newChunkEncoder(l *layout) *chunkEncoder {
+	return &chunkEncoder{
 		l:        l,
 		chunk:    make([]byte, l.chunkBytes),
 		at:       make([]int64, len(l.block)),
@@ -53,93 +59,182 @@ func newBlockEncoder(l *layout) *blockEncoder {
 	}
 }
 
+// blockEncoder assembles the objects of blocks, one block at a time, from
+// chunks encoded by up to len(parts) goroutines.
+type blockEncoder struct {
+	obj   []byte
+	index []byte
+	// parts[w] holds the chunks goroutine w encoded, back to back; chunks
+	// says where each of the block's chunks is.
+	parts  [][]byte
+	chunks []chunkLoc
+}
+
+// chunkLoc locates an encoded chunk in blockEncoder.parts.
+type chunkLoc struct {
+	part     int // -1: the chunk is not stored
+	off, len int
+}
+
 // encodeBlock returns the object of the block at grid position g, whose data
-// src covers, or nil when every chunk in it is skipped as empty. The result
-// is valid until the next call.
-func (e *blockEncoder) encodeBlock(g []int64, src region) ([]byte, error) {
-	l := e.l
+// src covers, or nil when every chunk in it is skipped as empty. Up to p
+// goroutines encode its chunks. The result is valid until the next call.
+func (a *Array) encodeBlock(e *blockEncoder, g []int64, src source, p int) ([]byte, error) {
+	l := a.l
 	s := &l.spec
-	if !l.sharded {
-		for d := range g {
-			e.at[d] = g[d] * s.ChunkShape[d]
-		}
-		if !e.extract(src) {
-			return nil, nil
-		}
-		return e.encodeChunk()
-	}
 	n := int(product(l.inner))
+	p = max(1, min(p, n))
+	for len(e.parts) < p {
+		e.parts = append(e.parts, nil)
+	}
+	if cap(e.chunks) < n {
+		e.chunks = make([]chunkLoc, n)
+	}
+	e.chunks = e.chunks[:n]
+	var next atomic.Int64
+	errs := make([]error, p)
+	work := func(w int) {
+		part := e.parts[w][:0]
+		defer func() { e.parts[w] = part }()
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return
+			}
+			e.chunks[i].part = -1
+			// The chunk's origin: block origin plus chunk i's position in
+			// the block's chunk grid (C order).
+			a.slots <- struct{}{}
+			c := a.chunkEncoders.Get().(*chunkEncoder)
+			outside := false
+			k := int64(i)
+			for d := len(g) - 1; d >= 0; d-- {
+				c.at[d] = g[d]*l.block[d] + k%l.inner[d]*s.ChunkShape[d]
+				k /= l.inner[d]
+				outside = outside || c.at[d] >= s.Shape[d]
+			}
+			var err error
+			if !outside {
+				var keep bool
+				if keep, err = c.load(src); keep {
+					var enc []byte
+					if enc, err = c.encode(); err == nil {
+						e.chunks[i] = chunkLoc{part: w, off: len(part), len: len(enc)}
+						part = append(part, enc...)
+					}
+				}
+			}
+			a.chunkEncoders.Put(c)
+			<-a.slots
+			if err != nil {
+				errs[w] = fmt.Errorf("chunk %d: %w", i, err)
+				next.Store(int64(n)) // stop the other goroutines
+				return
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for w := 1; w < p; w++ {
+		wg.Go(func() { work(w) })
+	}
+	work(0)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if !l.sharded {
+		if c := e.chunks[0]; c.part >= 0 {
+			return e.parts[c.part][c.off : c.off+c.len], nil
+		}
+		return nil, nil
+	}
+
+	// The shard: chunks in C order, the index before or after them.
 	indexBytes := 16*n + 4
 	e.obj = e.obj[:0]
 	if s.IndexAtStart {
 		e.obj = append(e.obj, make([]byte, indexBytes)...)
 	}
-	index := make([]byte, 16*n)
+	e.index = grow(e.index, 16*n)
 	stored := 0
-	c := make([]int64, len(g)) // position of the chunk in the shard's chunk grid
-	for i := range n {
-		empty := false
-		for d := range g {
-			e.at[d] = g[d]*s.ShardShape[d] + c[d]*s.ChunkShape[d]
-			empty = empty || e.at[d] >= s.Shape[d]
-		}
-		entry := index[16*i : 16*i+16]
-		if !empty && e.extract(src) {
-			enc, err := e.encodeChunk()
-			if err != nil {
-				return nil, err
-			}
-			binary.LittleEndian.PutUint64(entry, uint64(len(e.obj)))
-			binary.LittleEndian.PutUint64(entry[8:], uint64(len(enc)))
-			e.obj = append(e.obj, enc...)
-			stored++
-		} else {
+	for i, c := range e.chunks {
+		entry := e.index[16*i : 16*i+16]
+		if c.part < 0 {
 			binary.LittleEndian.PutUint64(entry, math.MaxUint64)
 			binary.LittleEndian.PutUint64(entry[8:], math.MaxUint64)
+			continue
 		}
-		for d := len(c) - 1; d >= 0; d-- {
-			if c[d]++; c[d] < l.inner[d] {
-				break
-			}
-			c[d] = 0
-		}
+		binary.LittleEndian.PutUint64(entry, uint64(len(e.obj)))
+		binary.LittleEndian.PutUint64(entry[8:], uint64(c.len))
+		e.obj = append(e.obj, e.parts[c.part][c.off:c.off+c.len]...)
+		stored++
 	}
 	if stored == 0 {
 		return nil, nil
 	}
-	sum := crc32.Checksum(index, castagnoli)
+	sum := crc32.Checksum(e.index, castagnoli)
 	if s.IndexAtStart {
-		copy(e.obj, index)
+		copy(e.obj, e.index)
 		binary.LittleEndian.PutUint32(e.obj[16*n:], sum)
 		return e.obj, nil
 	}
-	e.obj = append(e.obj, index...)
+	e.obj = append(e.obj, e.index...)
 	return binary.LittleEndian.AppendUint32(e.obj, sum), nil
 }
 
-// extract copies the chunk at e.at from src into e.chunk, padding the part
+// load fills e.chunk with the chunk at e.at from src, padding the part
 // outside the array with the fill value. It reports false when the chunk
 // is to be skipped as empty.
-func (e *blockEncoder) extract(src region) bool {
+func (e *chunkEncoder) load(src source) (bool, error) {
 	l := e.l
 	s := &l.spec
 	partial := false
 	for d, at := range e.at {
 		e.ext[d] = min(s.ChunkShape[d], s.Shape[d]-at)
 		partial = partial || e.ext[d] < s.ChunkShape[d]
-		e.srcAt[d] = at - src.box[d].Start
-		e.srcShape[d] = src.box[d].Stop - src.box[d].Start
 	}
 	if partial {
 		copy(e.chunk, l.fillChunk)
 	}
-	copyBox(e.chunk, s.ChunkShape, e.zero, src.data, e.srcShape, e.srcAt, e.ext, l.ti.size)
-	return !s.SkipEmptyChunks || !bytes.Equal(e.chunk, l.fillChunk)
+	data := src.data
+	if src.fn != nil {
+		// Ask for the part inside the array; a whole chunk lands in place.
+		box := make([]zarr.Range, len(e.at))
+		for d, at := range e.at {
+			box[d] = zarr.Range{Start: at, Stop: at + e.ext[d]}
+			e.srcAt[d] = 0
+			e.srcShape[d] = e.ext[d]
+		}
+		dst := e.chunk
+		if partial {
+			e.part = grow(e.part, boxBytes(box, l.ti.size))
+			dst = e.part
+		}
+		if err := src.fn(dst, box); err != nil {
+			return false, err
+		}
+		if !partial {
+			return e.keep(), nil
+		}
+		data = dst
+	} else {
+		for d, at := range e.at {
+			e.srcAt[d] = at - src.box[d].Start
+			e.srcShape[d] = src.box[d].Stop - src.box[d].Start
+		}
+	}
+	copyBox(e.chunk, s.ChunkShape, e.zero, data, e.srcShape, e.srcAt, e.ext, l.ti.size)
+	return e.keep(), nil
 }
 
-// encodeChunk runs e.chunk through the codec chain: transpose, byte order,
+// keep reports whether e.chunk is to be stored: not skipped as all fill.
+func (e *chunkEncoder) keep() bool {
+	return !e.l.spec.SkipEmptyChunks || !bytes.Equal(e.chunk, e.l.fillChunk)
+}
+
+// encode runs e.chunk through the codec chain: transpose, byte order,
 // compressor. The result is valid until the next call.
-func (e *blockEncoder) encodeChunk() ([]byte, error) {
+func (e *chunkEncoder) encode() ([]byte, error) {
 	l := e.l
 	s := &l.spec
 	data := e.chunk

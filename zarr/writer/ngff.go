@@ -272,8 +272,8 @@ func (m *Multiscale) Level(k int) *Array {
 
 // Downsample computes levels 1 and up, each from the level above it as read
 // back with package zarr's reader, so level 0 must be written first. Each
-// level is written with WriteFrom(ctx, workers, ...); every worker holds
-// one block and reads the level above one chunk-sized piece at a time.
+// level is written with WriteFrom(ctx, workers, ...): every chunk is
+// computed from the region of the level above that it halves.
 func (m *Multiscale) Downsample(ctx context.Context, workers int) error {
 	for k := 1; k < len(m.levels); k++ {
 		above, err := zarr.Open(m.levels[k-1].dir)
@@ -285,7 +285,6 @@ func (m *Multiscale) Downsample(ctx context.Context, workers int) error {
 			space:    m.space,
 			method:   m.method,
 			srcShape: m.levels[k-1].l.spec.Shape,
-			piece:    m.levels[k].l.spec.ChunkShape,
 			src:      above,
 		}
 		if err := m.levels[k].WriteFrom(ctx, workers, r.fill); err != nil {
@@ -306,50 +305,33 @@ type reducer struct {
 	space    []bool
 	method   Downsampling
 	srcShape []int64
-	piece    []int64 // the shape read and reduced at a time
 	src      regionReader
 }
 
-// fill writes the elements of box (of the lower level) into dst.
+// fill writes the elements of box (of the lower level) into dst, from the
+// matching region of the level above: up to 2^3 times box.
 func (r *reducer) fill(dst []byte, box []zarr.Range) error {
-	rank := len(box)
-	sub := make([]zarr.Range, rank)
-	srcBox := make([]zarr.Range, rank)
-	for d := range rank {
-		sub[d].Start = box[d].Start
-	}
-	for {
-		for d := range rank {
-			sub[d].Stop = min(sub[d].Start+r.piece[d], box[d].Stop)
-			srcBox[d] = sub[d]
-			if r.space[d] {
-				srcBox[d] = zarr.Range{Start: 2 * sub[d].Start, Stop: min(2*sub[d].Stop, r.srcShape[d])}
-			}
-		}
-		reg, err := r.src.ReadRegion(srcBox)
-		if err != nil {
-			return err
-		}
-		if want := boxBytes(srcBox, r.ti.size); len(reg.Data) != want {
-			return fmt.Errorf("writer: reading %v returned %d bytes; want %d", srcBox, len(reg.Data), want)
-		}
-		r.reduce(dst, box, sub, reg.Data, srcBox)
-		d := rank - 1
-		for ; d >= 0; d-- {
-			if sub[d].Start += r.piece[d]; sub[d].Start < box[d].Stop {
-				break
-			}
-			sub[d].Start = box[d].Start
-		}
-		if d < 0 {
-			return nil
+	srcBox := make([]zarr.Range, len(box))
+	for d, b := range box {
+		srcBox[d] = b
+		if r.space[d] {
+			srcBox[d] = zarr.Range{Start: 2 * b.Start, Stop: min(2*b.Stop, r.srcShape[d])}
 		}
 	}
+	reg, err := r.src.ReadRegion(srcBox)
+	if err != nil {
+		return err
+	}
+	if want := boxBytes(srcBox, r.ti.size); len(reg.Data) != want {
+		return fmt.Errorf("writer: reading %v returned %d bytes; want %d", srcBox, len(reg.Data), want)
+	}
+	r.reduce(dst, box, reg.Data, srcBox)
+	return nil
 }
 
-// reduce computes the elements of sub, a part of box, into dst (which holds
-// box) from src, the elements of srcBox.
-func (r *reducer) reduce(dst []byte, box, sub []zarr.Range, src []byte, srcBox []zarr.Range) {
+// reduce computes the elements of box into dst from src, the elements of
+// srcBox.
+func (r *reducer) reduce(dst []byte, box []zarr.Range, src []byte, srcBox []zarr.Range) {
 	rank := len(box)
 	size := r.ti.size
 	// Strides in elements, and the offsets of a block's 2^s elements.
@@ -376,7 +358,7 @@ func (r *reducer) reduce(dst []byte, box, sub []zarr.Range, src []byte, srcBox [
 	}
 	p := make([]int64, rank) // the element of the lower level
 	for d := range rank {
-		p[d] = sub[d].Start
+		p[d] = box[d].Start
 	}
 	for {
 		var so, do int64
@@ -403,10 +385,10 @@ func (r *reducer) reduce(dst []byte, box, sub []zarr.Range, src []byte, srcBox [
 		store(dst[do*int64(size):], size, v)
 		d := rank - 1
 		for ; d >= 0; d-- {
-			if p[d]++; p[d] < sub[d].Stop {
+			if p[d]++; p[d] < box[d].Stop {
 				break
 			}
-			p[d] = sub[d].Start
+			p[d] = box[d].Start
 		}
 		if d < 0 {
 			return

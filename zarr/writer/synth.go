@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -17,7 +18,8 @@ import (
 //     type's range ([0, max] for unsigned types, [-max, max] for signed
 //     ones, [-1, 1] for floats, "above zero" for bool);
 //   - with NoiseBits > 0, its low NoiseBits bits replaced by random bits
-//     (the low mantissa bits of a float);
+//     (the low mantissa bits of a float, which at most doubles its
+//     magnitude);
 //   - with probability RandomFraction, replaced entirely by a uniformly
 //     random value (over the type's whole range for integers, in [-1, 1)
 //     for floats).
@@ -46,8 +48,8 @@ type Synth struct {
 	RandomFraction float64
 }
 
-// fieldT is the smooth field's half-range: the field takes values in
-// [-fieldT, fieldT].
+// fieldT is the amplitude of one axis's wave, in integer field units: a
+// wave takes values in [-fieldT, fieldT].
 const fieldT = 1 << 20
 
 // check validates s.
@@ -131,22 +133,25 @@ func (s *Synth) Fill(dst []byte, box []zarr.Range) error {
 type synthGen struct {
 	ti            typeInfo
 	seed          uint64
-	rank          int64
 	period, phase []int64
-	scale         float64 // field value -> element value
-	noise         uint64  // mask of the random low bits
-	threshold     uint64  // r>>11 below this: a uniformly random element
-	amplitude     bool    // the field is not all zero
-	needRandom    bool
+	// fieldMax is the largest magnitude of the field: the sum of one wave
+	// per axis.
+	fieldMax   int64
+	scale      float64 // field value -> element value
+	noise      uint64  // mask of the random low bits
+	threshold  uint64  // r>>11 below this: a uniformly random element
+	maxF       float64 // the largest integer as float64: saturate at or above it
+	amplitude  bool    // the field is not all zero
+	needRandom bool
 }
 
 func newSynthGen(s *Synth, ti typeInfo) *synthGen {
 	g := &synthGen{
 		ti:        ti,
 		seed:      s.Seed,
-		rank:      int64(len(s.Shape)),
 		period:    make([]int64, len(s.Shape)),
 		phase:     make([]int64, len(s.Shape)),
+		fieldMax:  int64(len(s.Shape)) * fieldT,
 		noise:     1<<s.NoiseBits - 1,
 		threshold: uint64(s.RandomFraction * (1 << 53)),
 		amplitude: s.Amplitude > 0,
@@ -156,13 +161,16 @@ func newSynthGen(s *Synth, ti typeInfo) *synthGen {
 		g.period[d] = 16 << (h % 4)
 		g.phase[d] = int64(h>>8) % g.period[d]
 	}
+	r := float64(g.fieldMax)
 	switch ti.kind {
 	case kindUint:
-		g.scale = float64(s.Amplitude*float64(ti.maxUint())) / (2 * fieldT)
+		g.maxF = float64(ti.maxUint())
+		g.scale = float64(s.Amplitude*g.maxF) / (2 * r)
 	case kindInt:
-		g.scale = float64(s.Amplitude*float64(ti.maxInt())) / fieldT
+		g.maxF = float64(ti.maxInt())
+		g.scale = float64(s.Amplitude*g.maxF) / r
 	case kindFloat:
-		g.scale = s.Amplitude / fieldT
+		g.scale = s.Amplitude / r
 	}
 	g.needRandom = s.NoiseBits > 0 || g.threshold > 0
 	return g
@@ -182,11 +190,20 @@ func (g *synthGen) wave(d int, x int64) int64 {
 // axes, lin the linear index of the first element and x its coordinate
 // along the last axis.
 func (g *synthGen) row(dst []byte, base, lin, x int64) {
-	ti := g.ti
-	last := int(g.rank - 1)
-	for o := 0; o < len(dst); o, lin, x = o+ti.size, lin+1, x+1 {
-		t := (base + g.wave(last, x)) / g.rank
-		v := g.field(t)
+	size := g.ti.size
+	last := len(g.period) - 1
+	p := g.period[last]
+	step := 2 * fieldT / p
+	pos := (x + g.phase[last]) % p // the last axis's wave, stepped without dividing
+	for o := 0; o < len(dst); o, lin = o+size, lin+1 {
+		tri := 2*pos - p
+		if tri < 0 {
+			tri = -tri
+		}
+		if pos++; pos == p {
+			pos = 0
+		}
+		v := g.field(base + tri*step - fieldT)
 		if g.needRandom {
 			// The splitmix64 sequence of Seed, two draws per element.
 			r1 := mix(g.seed + uint64(2*lin+1)*0x9e3779b97f4a7c15)
@@ -197,32 +214,45 @@ func (g *synthGen) row(dst []byte, base, lin, x int64) {
 				v = v&^g.noise | r2&g.noise
 			}
 		}
-		store(dst[o:], ti.size, v)
+		switch size {
+		case 1:
+			dst[o] = byte(v)
+		case 2:
+			binary.LittleEndian.PutUint16(dst[o:], uint16(v))
+		case 4:
+			binary.LittleEndian.PutUint32(dst[o:], uint32(v))
+		default:
+			binary.LittleEndian.PutUint64(dst[o:], v)
+		}
 	}
 }
 
-// field maps a field value t in [-fieldT, fieldT] to an element's bits.
+// field maps a field value t in [-fieldMax, fieldMax] to an element's bits.
 func (g *synthGen) field(t int64) uint64 {
+	if !g.amplitude {
+		return 0 // 0, 0.0 or false
+	}
 	ti := g.ti
 	switch ti.kind {
 	case kindBool:
-		if g.amplitude && t > 0 {
+		if t > 0 {
 			return 1
 		}
 		return 0
 	case kindUint:
-		f := math.Round(float64(t+fieldT) * g.scale)
-		if f >= float64(ti.maxUint()) {
+		// Non-negative: rounding is adding a half and truncating. The
+		// conversion keeps the multiply and the add two roundings, so no
+		// platform fuses them.
+		f := float64(float64(t+g.fieldMax)*g.scale) + 0.5
+		if f >= g.maxF {
 			return ti.maxUint()
 		}
 		return uint64(f)
 	case kindInt:
+		// |f| <= maxF; only int64's maxF, 2^63, does not convert.
 		f := math.Round(float64(t) * g.scale)
-		switch {
-		case f >= float64(ti.maxInt()):
+		if f >= g.maxF {
 			return uint64(ti.maxInt()) & ti.mask()
-		case f <= float64(ti.minInt()):
-			return uint64(ti.minInt()) & ti.mask()
 		}
 		return uint64(int64(f)) & ti.mask()
 	}
