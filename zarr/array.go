@@ -139,11 +139,12 @@ func InspectStore(s Store, path string) (NodeKind, error) {
 
 // node is a hierarchy node's metadata as read from a store.
 type node struct {
-	kind   NodeKind // NodeArray or NodeGroup
-	format int      // 2 or 3
-	key    string   // key of the main document (zarr.json, .zarray or .zgroup)
-	doc    []byte   // its content
-	attrs  json.RawMessage
+	kind     NodeKind // NodeArray or NodeGroup
+	format   int      // 2 or 3
+	key      string   // key of the main document (zarr.json, .zarray or .zgroup)
+	doc      []byte   // its content
+	attrs    json.RawMessage
+	attrsKey string // key of the document holding attrs
 }
 
 // readNode reads the metadata of the node at p: zarr.json first, then the
@@ -163,7 +164,7 @@ func readNode(s Store, p string) (*node, error) {
 		if head.ZarrFormat != 3 {
 			return nil, metaErr(key, "zarr_format", malformed("zarr_format is %d, want 3", head.ZarrFormat))
 		}
-		n := &node{format: 3, key: key, doc: doc, attrs: head.Attributes}
+		n := &node{format: 3, key: key, doc: doc, attrs: head.Attributes, attrsKey: key}
 		switch head.NodeType {
 		case "array":
 			n.kind = NodeArray
@@ -188,7 +189,7 @@ func readNode(s Store, p string) (*node, error) {
 		key := joinKey(p, c.name)
 		doc, err := readAllMax(s, key, maxMetadataBytes)
 		if err == nil {
-			return &node{kind: c.kind, format: 2, key: key, doc: doc, attrs: attrs}, nil
+			return &node{kind: c.kind, format: 2, key: key, doc: doc, attrs: attrs, attrsKey: joinKey(p, v2AttrsKey)}, nil
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err

@@ -13,12 +13,11 @@ import (
 
 // Metadata document names.
 const (
-	v3MetaKey    = "zarr.json"
-	v2ArrayKey   = ".zarray"
-	v2GroupKey   = ".zgroup"
-	v2AttrsKey   = ".zattrs"
-	maxRank      = 32 // NumPy's limit; a bound for hostile metadata
-	maxNameBytes = 256
+	v3MetaKey  = "zarr.json"
+	v2ArrayKey = ".zarray"
+	v2GroupKey = ".zgroup"
+	v2AttrsKey = ".zattrs"
+	maxRank    = 32 // NumPy's limit; a bound for hostile metadata
 )
 
 // Extension is a zarr v3 extension-point value (a data type, chunk grid,

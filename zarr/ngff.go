@@ -78,7 +78,7 @@ func OpenNGFFStore(s Store, path string) (*Multiscale, error) {
 		}
 		return nil, fmt.Errorf("zarr: %s: %w: the group has no OME-NGFF multiscales", n.key, ErrNotFound)
 	}
-	m, err := parseMultiscale(ms, n.key)
+	m, err := parseMultiscale(ms, n.attrsKey)
 	if err != nil {
 		return nil, err
 	}
@@ -99,19 +99,17 @@ func multiscalesAttr(n *node) (*multiscales, bool, error) {
 	if n.attrs == nil || isNull(n.attrs) {
 		return nil, false, nil
 	}
-	attrKey := n.key
-	if n.format == 2 {
-		attrKey = joinKey(n.key[:len(n.key)-len(v2GroupKey)], v2AttrsKey)
-		if n.key == v2GroupKey {
-			attrKey = v2AttrsKey
-		}
-	}
+	attrKey := n.attrsKey
 	var attrs struct {
 		OME         json.RawMessage   `json:"ome"`
 		Multiscales []json.RawMessage `json:"multiscales"`
 	}
 	if err := json.Unmarshal(n.attrs, &attrs); err != nil {
-		return nil, false, metaErr(attrKey, "attributes", jsonReason(err))
+		field := "attributes"
+		if n.format == 2 {
+			field = "" // the whole .zattrs document
+		}
+		return nil, false, metaErr(attrKey, field, jsonReason(err))
 	}
 	if n.format == 3 {
 		if attrs.OME == nil {
@@ -183,7 +181,7 @@ func parseMultiscale(ms *multiscales, key string) (*Multiscale, error) {
 	if err := json.Unmarshal(e.Axes, &axes); err != nil || axes == nil {
 		return fail("[0].axes", malformed("axes is not a list of axis objects"))
 	}
-	if len(axes) < 2 || len(axes) > maxRank {
+	if len(axes) < 2 || len(axes) > 5 {
 		return fail("[0].axes", malformed("%d axes, want 2 to 5", len(axes)))
 	}
 	m := &Multiscale{key: key, version: ms.version, name: e.Name}
