@@ -91,7 +91,7 @@ func gpuAssemble(e *cuda.Executor, k *Kernels, plan *Plan, arena []byte) ([]byte
 		if err != nil {
 			return err
 		}
-		dBlocks, err := bufs.upload(u32Bytes(plan.BlockOps()))
+		dBlocks, err := bufs.upload(BlockOpBytes(plan.BlockOps()))
 		if err != nil {
 			return err
 		}
@@ -473,7 +473,7 @@ func BenchmarkAssembleGPU(b *testing.B) {
 				if dOps, err = bufs.upload(OpBytes(plan.Ops())); err != nil {
 					return err
 				}
-				if dBlocks, err = bufs.upload(u32Bytes(plan.BlockOps())); err != nil {
+				if dBlocks, err = bufs.upload(BlockOpBytes(plan.BlockOps())); err != nil {
 					return err
 				}
 				dOut, err = bufs.alloc(int(l.Bytes()))

@@ -3,10 +3,12 @@ package ptx
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // hostUnit is how many elements of one op a worker of AssembleHost takes
@@ -57,6 +59,7 @@ func AssembleHost(out []byte, l Layout, arena []byte, ops []Op, workers int) err
 		wg.Go(func() {
 			raw := make([]uint64, hostRow)
 			vals := make([]uint32, hostRow)
+			halves := make([]uint16, hostRow)
 			for {
 				u := int(next.Add(1) - 1)
 				if u >= units {
@@ -64,7 +67,7 @@ func AssembleHost(out []byte, l Layout, arena []byte, ops []Op, workers int) err
 				}
 				h := &prepared[unitOps[u]]
 				start := int64(u-unitStart[unitOps[u]]) * hostUnit
-				h.run(out, l.Dtype, start, min(hostUnit, h.elems-start), raw, vals)
+				h.run(out, l.Dtype, start, min(hostUnit, h.elems-start), raw, vals, halves)
 			}
 		})
 	}
@@ -121,7 +124,7 @@ func (h *hostOp) prepare(op *Op, l *Layout, arena []byte) {
 
 // run writes elements [start, start+n) of the op's box, in the box's C
 // order, a row segment at a time.
-func (h *hostOp) run(out []byte, outType Dtype, start, n int64, raw []uint64, vals []uint32) {
+func (h *hostOp) run(out []byte, outType Dtype, start, n int64, raw []uint64, vals []uint32, halves []uint16) {
 	op := h.op
 	last := h.rank - 1
 	var c [MaxRank]int64
@@ -149,11 +152,9 @@ func (h *hostOp) run(out []byte, outType Dtype, start, n int64, raw []uint64, va
 			if op.BigEndian {
 				swapRow(r, h.size)
 			}
-			for i, x := range r {
-				v[i] = Float32Bits(op.SrcDtype, x)
-			}
+			castRow(v, r, op.SrcDtype)
 		}
-		writeRow(out, outType, dst, v)
+		writeRow(out, outType, dst, v, halves)
 		n -= seg
 		c[last] += seg
 		for d := last; d > 0 && c[d] == int64(op.Extent[d]); d-- {
@@ -169,9 +170,32 @@ func (h *hostOp) fetch(raw []uint64, e, step int64) {
 	chunk := h.chunk
 	switch h.op.Shuffle {
 	case ByteShuffle:
-		for i := range raw {
-			raw[i] = h.byteShuffled(e)
-			e += step
+		if !h.whole {
+			for i := range raw {
+				raw[i] = h.byteShuffled(e)
+				e += step
+			}
+			return
+		}
+		// Element e is unit i of block b; walk b and i along the row
+		// instead of dividing for every element.
+		b := e / h.nFull
+		i := e - b*h.nFull
+		for k := range raw {
+			n := h.nFull
+			if b == h.lastBlock {
+				n = h.nLast
+			}
+			at := b*h.blockSize + i
+			var v uint64
+			for j := range h.size {
+				v |= uint64(chunk[at+j*n]) << (8 * j)
+			}
+			raw[k] = v
+			if i += step; i >= h.nFull {
+				b += i / h.nFull
+				i %= h.nFull
+			}
 		}
 	case BitShuffle:
 		for i := range raw {
@@ -226,23 +250,12 @@ func (h *hostOp) blockOf(p int64) (b, o, n int64) {
 }
 
 // byteShuffled returns the stored bytes of element e of a byte-shuffled
-// chunk: within a block of n typesize units, byte k of unit i sits at
-// k*n + i, and the block's trailing bytes stay in place.
+// chunk whose items may straddle typesize units or blocks: within a block
+// of n typesize units, byte k of unit i sits at k*n + i, and the block's
+// trailing bytes stay in place. (fetch walks the common case, typesize =
+// item size, without division.)
 func (h *hostOp) byteShuffled(e int64) uint64 {
 	var v uint64
-	if h.whole {
-		b := e / h.nFull
-		i := e - b*h.nFull
-		n := h.nFull
-		if b == h.lastBlock {
-			n = h.nLast
-		}
-		at := b*h.blockSize + i
-		for j := range h.size {
-			v |= uint64(h.chunk[at+j*n]) << (8 * j)
-		}
-		return v
-	}
 	for j := range h.size {
 		p := e*h.size + j
 		b, o, n := h.blockOf(p)
@@ -323,18 +336,40 @@ func swapRow(raw []uint64, size int64) {
 	}
 }
 
-// writeRow stores float32 bits v at output elements dst, dst+1, ... as
-// outType.
-func writeRow(out []byte, outType Dtype, dst int64, v []uint32) {
-	if outType == BFloat16 {
-		o := out[2*dst : 2*(dst+int64(len(v)))]
-		for i, x := range v {
-			binary.NativeEndian.PutUint16(o[2*i:], BFloat16Bits(x))
+// castRow converts value bits to float32 bits with Float32Bits, in a loop
+// per type.
+func castRow(v []uint32, raw []uint64, d Dtype) {
+	v = v[:len(raw)]
+	switch d {
+	case Uint8, Uint16:
+		for i, x := range raw {
+			v[i] = math.Float32bits(float32(uint16(x)))
 		}
+	case Int16:
+		for i, x := range raw {
+			v[i] = math.Float32bits(float32(int16(x)))
+		}
+	case Float32:
+		for i, x := range raw {
+			v[i] = uint32(x)
+		}
+	default:
+		for i, x := range raw {
+			v[i] = Float32Bits(d, x)
+		}
+	}
+}
+
+// writeRow stores float32 bits v at output elements dst, dst+1, ... as
+// outType, in host byte order (halves is scratch for bfloat16).
+func writeRow(out []byte, outType Dtype, dst int64, v []uint32, halves []uint16) {
+	if outType == BFloat16 {
+		h := halves[:len(v)]
+		for i, x := range v {
+			h[i] = BFloat16Bits(x)
+		}
+		copy(out[2*dst:], unsafe.Slice((*byte)(unsafe.Pointer(&h[0])), 2*len(h)))
 		return
 	}
-	o := out[4*dst : 4*(dst+int64(len(v)))]
-	for i, x := range v {
-		binary.NativeEndian.PutUint32(o[4*i:], x)
-	}
+	copy(out[4*dst:], unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
 }

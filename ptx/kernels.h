@@ -11,11 +11,14 @@
 
 // The assemble kernel runs DAMACY_ASSEMBLE_THREADS threads per block and
 // gives each block DAMACY_ASSEMBLE_ELEMS_PER_BLOCK consecutive elements of
-// one op (each thread takes every 256th of them, so a warp writes 32
+// one op, in DAMACY_ASSEMBLE_GROUPS groups of ELEMS_PER_THREAD elements
+// per thread (each thread takes every 256th element, so a warp writes 32
 // neighbours at a time).
 #define DAMACY_ASSEMBLE_THREADS 256
-#define DAMACY_ASSEMBLE_ELEMS_PER_THREAD 8
-#define DAMACY_ASSEMBLE_ELEMS_PER_BLOCK (DAMACY_ASSEMBLE_THREADS * DAMACY_ASSEMBLE_ELEMS_PER_THREAD)
+#define DAMACY_ASSEMBLE_ELEMS_PER_THREAD 4
+#define DAMACY_ASSEMBLE_GROUPS 8
+#define DAMACY_ASSEMBLE_ELEMS_PER_BLOCK \
+  (DAMACY_ASSEMBLE_THREADS * DAMACY_ASSEMBLE_ELEMS_PER_THREAD * DAMACY_ASSEMBLE_GROUPS)
 
 // The status kernel is one block of this many threads.
 #define DAMACY_STATUS_THREADS 1024

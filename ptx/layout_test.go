@@ -127,6 +127,7 @@ func TestDefines(t *testing.T) {
 		"DAMACY_MAX_RANK":                  MaxRank,
 		"DAMACY_ASSEMBLE_THREADS":          assembleThreads,
 		"DAMACY_ASSEMBLE_ELEMS_PER_THREAD": assembleElemsPerThread,
+		"DAMACY_ASSEMBLE_GROUPS":           assembleGroups,
 		"DAMACY_STATUS_THREADS":            statusThreads,
 		"DAMACY_FILL":                      0,
 		"DAMACY_BOOL":                      int(Bool),

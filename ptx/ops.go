@@ -13,11 +13,12 @@ const MaxRank = 8
 
 // ElemsPerBlock is how many elements of one op a block of the assemble
 // kernel writes; Plan gives each op ceil(elements/ElemsPerBlock) blocks.
-const ElemsPerBlock = assembleThreads * assembleElemsPerThread
+const ElemsPerBlock = assembleThreads * assembleElemsPerThread * assembleGroups
 
 const (
 	assembleThreads        = 256  // DAMACY_ASSEMBLE_THREADS
-	assembleElemsPerThread = 8    // DAMACY_ASSEMBLE_ELEMS_PER_THREAD
+	assembleElemsPerThread = 4    // DAMACY_ASSEMBLE_ELEMS_PER_THREAD
+	assembleGroups         = 8    // DAMACY_ASSEMBLE_GROUPS
 	statusThreads          = 1024 // DAMACY_STATUS_THREADS
 
 	// maxOpElems bounds one op's box so that the kernel's 32-bit element
@@ -146,6 +147,15 @@ func OpBytes(ops []Op) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&ops[0])), len(ops)*int(unsafe.Sizeof(Op{})))
 }
 
+// BlockOpBytes returns the bytes of a block table (Plan.BlockOps) as the
+// kernel reads it (a view, not a copy).
+func BlockOpBytes(table []uint32) []byte {
+	if len(table) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&table[0])), 4*len(table))
+}
+
 // A Source is a decoded chunk in the arena, as a copy op reads it.
 type Source struct {
 	// Offset is the byte offset of the chunk's first decoded byte in the
@@ -258,11 +268,12 @@ func (p *Plan) Layout() Layout {
 }
 
 // Ops returns the plan's ops (the plan's own slice, valid until the next
-// change to the plan).
+// change to the plan; do not modify it).
 func (p *Plan) Ops() []Op { return p.ops }
 
 // BlockOps returns the block table: for each block of the launch, the
-// index of its op (the plan's own slice, valid until the next change).
+// index of its op (the plan's own slice, valid until the next change; do
+// not modify it).
 func (p *Plan) BlockOps() []uint32 { return p.blockOps }
 
 // Blocks returns the number of blocks of the plan's launch.
