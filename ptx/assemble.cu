@@ -109,9 +109,9 @@ __device__ __forceinline__ u32 itemsize_of(u32 dtype) {
   }
 }
 
-// Arena loads. The arena is read-only during the launch and does not
-// alias the output, so plain loads through __restrict__ pointers become
-// non-coherent cached loads (ld.global.nc), as __ldg would.
+// Arena loads are plain loads (cached in L1 on sm_70 and later): nvcc 13
+// compiles __ldg to calls of external functions that the driver's JIT
+// cannot resolve.
 __device__ __forceinline__ u32 load_byte(const u8* __restrict__ chunk, u32 pos) {
   return chunk[pos];
 }
@@ -264,7 +264,7 @@ __device__ __forceinline__ u32 to_bfloat16(u32 b) {
 
 #define EPT DAMACY_ASSEMBLE_ELEMS_PER_THREAD
 
-// Applies f to every valid slot k < n; the loop is unrolled so that the
+// Runs stmt for every valid slot k < n; the loop is unrolled so that the
 // per-slot arrays stay in registers and the loads overlap.
 #define EACH(n, stmt)                        \
   _Pragma("unroll") for (u32 k = 0; k < EPT; k++) { \

@@ -527,3 +527,70 @@ func BenchmarkAssembleGPU(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReduceStatusGPU times the status kernel on a wave of 100000
+// chunks, all good (every element is read), with events.
+func BenchmarkReduceStatusGPU(b *testing.B) {
+	e, k := gpuKernels(b)
+	const n = 100000
+	sizes := make([]uint64, n)
+	for i := range sizes {
+		sizes[i] = uint64(i) << 12
+	}
+	var bufs deviceBuffers
+	var dSt, dAct, dExp, dSum cuda.DevicePtr
+	err := e.Do(func() (err error) {
+		if dSt, err = bufs.upload(make([]byte, 4*n)); err != nil {
+			return err
+		}
+		if dAct, err = bufs.upload(u64Bytes(sizes)); err != nil {
+			return err
+		}
+		if dExp, err = bufs.upload(u64Bytes(sizes)); err != nil {
+			return err
+		}
+		dSum, err = bufs.alloc(StatusSummarySize)
+		return err
+	})
+	defer e.Do(bufs.free)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const launches = 100
+	var kernel time.Duration
+	for b.Loop() {
+		err := e.Do(func() (err error) {
+			start, err := cuda.NewEvent(cuda.EventDefault)
+			if err != nil {
+				return err
+			}
+			defer start.Destroy()
+			end, err := cuda.NewEvent(cuda.EventDefault)
+			if err != nil {
+				return err
+			}
+			defer end.Destroy()
+			if err := start.Record(0); err != nil {
+				return err
+			}
+			for range launches {
+				if err := k.ReduceStatus(0, dSt, dAct, dExp, n, dSum); err != nil {
+					return err
+				}
+			}
+			if err := end.Record(0); err != nil {
+				return err
+			}
+			if err := end.Synchronize(); err != nil {
+				return err
+			}
+			d, err := cuda.EventElapsedTime(start, end)
+			kernel += d
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(kernel.Seconds()*1e6/float64(b.N*launches), "kernel-µs/launch")
+}

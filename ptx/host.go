@@ -21,9 +21,10 @@ const (
 // AssembleHost executes ops on the CPU: the host twin of the assemble
 // kernel, with the same results bit for bit. out is the batch tensor of
 // layout l (l.Bytes() bytes, elements in host byte order); arena holds the
-// decoded chunks the copy ops read. Up to workers goroutines share the
-// work (0 means GOMAXPROCS). Every op is validated first; on error nothing
-// has been written.
+// decoded chunks the copy ops read. The ops must not overlap in the
+// output (a Plan's ops do not when its boxes do not). Up to workers
+// goroutines share the work (0 means GOMAXPROCS). Every op is validated
+// first; on error nothing has been written.
 func AssembleHost(out []byte, l Layout, arena []byte, ops []Op, workers int) error {
 	if err := l.Validate(); err != nil {
 		return err

@@ -364,6 +364,7 @@ func TestPlanErrors(t *testing.T) {
 		{"negative offset", 0, []int{0, 0}, []int{1, 1}, &Source{Offset: -8, Dtype: Uint8, Shape: []int{5, 5}}, []int{0, 0}, "SrcOffset"},
 		{"no blocksize", 0, []int{0, 0}, []int{1, 1}, &Source{Dtype: Uint16, Shape: []int{5, 5}, Shuffle: ByteShuffle, TypeSize: 2}, []int{0, 0}, "BlockSize"},
 		{"no typesize", 0, []int{0, 0}, []int{1, 1}, &Source{Dtype: Uint16, Shape: []int{5, 5}, Shuffle: BitShuffle, BlockSize: 8}, []int{0, 0}, "BlockSize"},
+		{"huge blocksize", 0, []int{0, 0}, []int{1, 1}, &Source{Dtype: Uint16, Shape: []int{5, 5}, Shuffle: ByteShuffle, TypeSize: 2, BlockSize: 1 << 31}, []int{0, 0}, "BlockSize"},
 		{"typesize", 0, []int{0, 0}, []int{1, 1}, &Source{Dtype: Uint16, Shape: []int{5, 5}, Shuffle: BitShuffle, TypeSize: 256, BlockSize: 8}, []int{0, 0}, "TypeSize"},
 		{"shuffle", 0, []int{0, 0}, []int{1, 1}, &Source{Dtype: Uint16, Shape: []int{5, 5}, Shuffle: 3, TypeSize: 2, BlockSize: 8}, []int{0, 0}, "Shuffle"},
 		{"huge chunk", 0, []int{0, 0}, []int{1, 1}, &Source{Dtype: Uint8, Shape: []int{1 << 20, 1 << 20}}, []int{0, 0}, "SrcShape"},

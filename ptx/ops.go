@@ -527,7 +527,7 @@ func validateSource(op *Op, rank, i int) error {
 		if uint64(op.NBytes) != elems*uint64(size) || op.NBytes > maxBloscBytes {
 			return &OpError{i, "NBytes", fmt.Sprintf("blosc nbytes %d for a chunk of %d bytes", op.NBytes, elems*uint64(size))}
 		}
-		if op.BlockSize < 1 || op.TypeSize < 1 {
+		if op.BlockSize < 1 || op.BlockSize > maxBloscBytes || op.TypeSize < 1 {
 			return &OpError{i, "BlockSize", fmt.Sprintf("blosc blocksize %d, typesize %d", op.BlockSize, op.TypeSize)}
 		}
 	default:
