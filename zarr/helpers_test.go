@@ -248,23 +248,27 @@ func extract(data []byte, shape, origin, ext []int64, size int, fill []byte) []b
 // Bytes-to-bytes encoders.
 
 func zstdCodecT(checksum, noContentSize, twoFrames bool) tcodec {
+	whole, err := zstd.NewWriter(nil, zstd.WithEncoderCRC(checksum), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		panic(err)
+	}
 	// A window smaller than the data makes the streaming writer emit
 	// blocks as they fill, with no content size in the frame header.
-	w, err := zstd.NewWriter(nil, zstd.WithEncoderCRC(checksum), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(zstd.MinWindowSize))
+	stream, err := zstd.NewWriter(nil, zstd.WithEncoderCRC(checksum), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(zstd.MinWindowSize))
 	if err != nil {
 		panic(err)
 	}
 	var mu sync.Mutex
 	enc := func(p []byte) []byte {
+		if !noContentSize {
+			return whole.EncodeAll(p, nil)
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		if !noContentSize {
-			return w.EncodeAll(p, nil)
-		}
 		var buf bytes.Buffer
-		w.Reset(&buf)
-		w.Write(p)
-		w.Close()
+		stream.Reset(&buf)
+		stream.Write(p)
+		stream.Close()
 		return buf.Bytes()
 	}
 	return tcodec{
