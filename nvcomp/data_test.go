@@ -50,15 +50,17 @@ func randomBytes(r *rand.Rand, n int) []byte {
 }
 
 // smoothU16 returns n bytes of little-endian uint16 samples like a
-// microscopy volume: a smooth 2-D field (rows of width w) plus noiseBits
-// bits of uniform noise, with a random phase and frequency per call.
+// microscopy volume: a smooth 2-D field (rows of width w; 0.1 to 0.6
+// periods per row, amplitude 3000, so neighbours differ by at most about
+// 50) plus noiseBits bits of uniform noise, with a random phase and
+// frequency per call.
 func smoothU16(r *rand.Rand, n, w, noiseBits int) []byte {
 	b := make([]byte, n&^1)
 	px, py := r.Float64()*2*math.Pi, r.Float64()*2*math.Pi
-	fx, fy := 0.5+r.Float64(), 0.5+r.Float64()
+	fx, fy := 0.1+r.Float64()/2, 0.1+r.Float64()/2
 	row := make([]float64, w)
 	for x := range row {
-		row[x] = 12000 * math.Sin(2*math.Pi*fx*float64(x)/float64(w)+px)
+		row[x] = 3000 * math.Sin(2*math.Pi*fx*float64(x)/float64(w)+px)
 	}
 	mask := uint64(1)<<noiseBits - 1
 	var bits uint64

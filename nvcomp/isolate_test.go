@@ -32,6 +32,8 @@ type childJob struct {
 	Capacity []int
 	N        int // chunks in the batch, at least len(Chunks)
 	Guard    int // bytes after each output buffer checked for stray writes
+	Pack     int // alignment of the compressed chunks (see layout)
+	Repeat   int // Decode calls before the stream is synchronised (see layout)
 }
 
 // childResult is what the child reports, per chunk of the batch.
@@ -89,7 +91,7 @@ func TestGPUChild(t *testing.T) {
 	}
 	res := childResult{}
 	dec := newDecoder(t, lib, e, DecoderConfig{Algorithm: job.Alg, MaxChunks: job.N, MaxChunkBytes: maxCap, MaxTotalBytes: total})
-	if err := decodeBatch(e, dec, "child", chunks, job.Guard); err != nil {
+	if err := decodeBatch(e, dec.Decode, "child", chunks, layout{guard: job.Guard, pack: job.Pack, repeat: job.Repeat}); err != nil {
 		res.Err = err.Error()
 	} else {
 		for i, c := range chunks {

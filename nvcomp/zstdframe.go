@@ -35,6 +35,12 @@ const (
 	ZstdMultiFrame
 	// ZstdSkippable: the chunk holds a skippable frame.
 	ZstdSkippable
+	// ZstdChecksum: the frame carries a content checksum, which nvCOMP
+	// does not verify; the CPU decoder does.
+	ZstdChecksum
+	// ZstdWindow: the frame declares a window over 8 MiB, the most that
+	// RFC 8878 asks decoders to support.
+	ZstdWindow
 	// ZstdSizeMismatch: the frame's content size differs from the expected
 	// size; the chunk is corrupt or of another shape, and the CPU decoder
 	// reports it.
@@ -65,6 +71,10 @@ func (r ZstdReason) String() string {
 		return "several frames"
 	case ZstdSkippable:
 		return "skippable frame"
+	case ZstdChecksum:
+		return "content checksum"
+	case ZstdWindow:
+		return "window over 8 MiB"
 	case ZstdSizeMismatch:
 		return "content size mismatch"
 	case ZstdTooLarge:
@@ -75,6 +85,7 @@ func (r ZstdReason) String() string {
 
 // Frame magics (RFC 8878 §3.1.1, §3.1.2).
 const (
+	maxWindow          = 8 << 20 // RFC 8878 §3.1.1.1.2: decoders should support 8 MiB
 	zstdMagic          = 0xFD2FB528
 	skippableMagicMask = 0xFFFFFFF0
 	skippableMagic     = 0x184D2A50
@@ -90,28 +101,36 @@ func ZstdGPUCompatible(chunk []byte, want int) bool {
 // whether nvCOMP may decode chunk, a zarr zstd chunk that must decode to
 // exactly want bytes. It reads the frame header and then hops over the
 // blocks by their 3-byte headers, so it costs a few dozen byte loads per
-// 128 KiB of data and never allocates.
+// 128 KiB block and never allocates.
 //
-// Only the plain case goes to the GPU: exactly one frame with a
-// Frame_Content_Size equal to want, no dictionary, and every block and the
-// optional checksum inside the chunk. Everything else is routed to the CPU
-// decoder, which either decodes it or reports the error. What nvCOMP does
-// with the other cases, measured on an H100 with nvCOMP 5.3.0 and 6.0.0:
+// Only the plain case goes to the GPU: exactly one frame, whose
+// Frame_Content_Size equals want, with no dictionary, no content checksum
+// and a window of at most 8 MiB, and whose blocks all lie inside the chunk.
+// Everything else goes to the CPU decoder, which decodes it or reports the
+// error. This is what nvCOMP 5.3.0 and 6.0.0 do with the other cases
+// (measured on an H200; TestZstdFrameFeatures reruns the measurement):
 //
-//   - frames without Frame_Content_Size (tensorstore's output): decoded
-//     correctly, with the right size; routed to the CPU anyway because
-//     the size cannot be checked against want before decoding;
-//   - several frames in one chunk: only the first frame is decoded and the
-//     status is success, so the result is short (wrong data were it not
-//     for the size check): CPU;
-//   - frames with a content checksum: decoded; a corrupted checksum is not
-//     detected (status success), so checksums are verified on the CPU only
-//     when the chunk goes there;
-//   - skippable frames: a leading one fails with a per-chunk error, a
-//     trailing one is ignored; CPU.
+//   - nvCOMP does not bound its writes by the output capacity: a frame
+//     whose content is larger than the capacity is written past the end of
+//     the output buffer, into the neighbours' outputs, with a success
+//     status. Hence the rule Frame_Content_Size == want, which bounds the
+//     write by the header nvCOMP trusts.
+//   - Frames without Frame_Content_Size decode correctly when the capacity
+//     holds them (the reported size is the content's), and overrun the
+//     buffer when it does not, which cannot be known before decoding.
+//   - Of several frames in a chunk only the first is decoded, with a
+//     success status and the first frame's size.
+//   - Content checksums are not verified: a frame with a corrupted
+//     checksum, or with corrupted data under a good checksum, decodes with
+//     a success status. Sending such frames to the CPU keeps the checksum
+//     meaningful. (tensorstore and zarr-python write no checksum unless
+//     asked.)
+//   - A leading skippable frame makes nvCOMP fault (an illegal address,
+//     which ends the CUDA context); a trailing one is ignored.
 //
-// The measurements behind this list are in the package's GPU tests
-// (TestZstdFrameFeatures) and are rerun on each GPU test run.
+// tensorstore 0.1.85 writes Frame_Content_Size in its zarr v2 and v3 zstd
+// chunks (single-segment frames up to 4 MiB, windowed frames beyond), so
+// its chunks take the GPU path.
 func ZstdGPUReason(chunk []byte, want int) ZstdReason {
 	if want <= 0 {
 		return ZstdEmpty
@@ -126,6 +145,9 @@ func ZstdGPUReason(chunk []byte, want int) ZstdReason {
 	if f.dictionary {
 		return ZstdDictionary
 	}
+	if f.window > maxWindow {
+		return ZstdWindow
+	}
 	if f.contentSize < 0 {
 		return ZstdNoContentSize
 	}
@@ -139,6 +161,9 @@ func ZstdGPUReason(chunk []byte, want int) ZstdReason {
 	if f.contentSize != int64(want) {
 		return ZstdSizeMismatch
 	}
+	if f.checksum {
+		return ZstdChecksum
+	}
 	return ZstdGPU
 }
 
@@ -146,6 +171,7 @@ func ZstdGPUReason(chunk []byte, want int) ZstdReason {
 type zstdFrame struct {
 	end         int   // offset just past the frame (after its checksum)
 	contentSize int64 // Frame_Content_Size, or -1 when the header omits it
+	window      int64 // Window_Size; the content size for a single-segment frame
 	checksum    bool  // Content_Checksum_flag
 	dictionary  bool  // a non-zero Dictionary_ID
 }
@@ -183,7 +209,13 @@ func scanZstdFrame(b []byte) (zstdFrame, ZstdReason) {
 		fcsSize = 1
 	}
 	if !singleSegment {
-		p++ // Window_Descriptor
+		if len(b) < p+1 {
+			return f, ZstdTruncated
+		}
+		exp, mantissa := int64(b[p]>>3), int64(b[p]&7)
+		base := int64(1) << (10 + exp)
+		f.window = base + base/8*mantissa
+		p++
 	}
 	if len(b) < p+dictIDSize+fcsSize {
 		return f, ZstdTruncated
@@ -211,6 +243,9 @@ func scanZstdFrame(b []byte) (zstdFrame, ZstdReason) {
 		f.contentSize = int64(v)
 	}
 	p += fcsSize
+	if singleSegment {
+		f.window = f.contentSize
+	}
 	for {
 		if len(b)-p < 3 {
 			return f, ZstdTruncated
