@@ -45,7 +45,7 @@ ptx:
 # cgo-free binaries for a GPU host that has no Go, plus .gpu/run.sh.
 gpu-bins:
 	@mkdir -p .gpu
-	@rm -f .gpu/*.test .gpu/packages.txt
+	@rm -f .gpu/*.test .gpu/*.gz .gpu/damacy .gpu/packages.txt
 	@for p in $$($(GO) list $(PKGS)); do \
 	  dir=$${p#github.com/damacy-go/damacy}; dir=$${dir#/}; [ -n "$$dir" ] || dir=.; \
 	  name=$$(echo "$$dir" | tr / _); \
@@ -55,6 +55,8 @@ gpu-bins:
 	  fi; \
 	done
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o .gpu/damacy ./cmd/damacy
+	@# gzip keeps .gpu/ (with nvCOMP) under 60 MiB; run.sh unpacks on the GPU host.
+	gzip -6 -f .gpu/*.test .gpu/damacy
 	@cp .ci/gpu-run.sh .gpu/run.sh && chmod +x .gpu/run.sh
 	@du -sh .gpu
 

@@ -11,6 +11,12 @@ gpu="$root/.gpu"
 log=${OUT:-/tmp}/gpu-tests.log
 : >"$log"
 
+# make gpu-bins ships the binaries gzipped; unpack them once.
+for z in "$gpu"/*.gz; do
+  [ -e "$z" ] || continue
+  gunzip -f "$z" && chmod +x "${z%.gz}"
+done
+
 if [ -z "${DAMACY_NVCOMP:-}" ]; then
   for f in "$gpu"/nvcomp/libnvcomp.so.*; do
     [ -e "$f" ] && export DAMACY_NVCOMP="$f"
