@@ -42,7 +42,7 @@ type cudaEngine struct {
 	lib       *nvcomp.Library
 	zstd      *nvcomp.Decoder
 	lz4       *nvcomp.Decoder
-	align     int64 // nvCOMP input/output alignment
+	inAlign   int64 // nvCOMP's input alignment (outputs are 256-aligned)
 	copyS     cuda.Stream
 	decodeS   cuda.Stream
 	asmS      cuda.Stream
@@ -137,7 +137,10 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 		}
 	}
 	slab := cfg.HostBufferBytes / cudaSlabs &^ 4095
-	arena := cfg.DeviceBufferBytes / cudaWaveBufs &^ 4095
+	// Every chunk nvCOMP decodes also reserves staging room for its decoded
+	// bytes (a CPU fallback), so a wave never decodes more than a slab:
+	// a larger arena (and nvCOMP scratch sized from it) would go unused.
+	arena := min(cfg.DeviceBufferBytes/cudaWaveBufs, slab) &^ 4095
 	if need := 2*align(cfg.MaxChunkBytes) + 1<<20; slab < need {
 		return errorf("new", ErrBudget, "", "Config.HostBufferBytes = %d gives %d-byte staging slabs, below the %d one chunk of Config.MaxChunkBytes = %d needs: raise it to at least %d or lower MaxChunkBytes", cfg.HostBufferBytes, slab, need, cfg.MaxChunkBytes, need*cudaSlabs)
 	}
@@ -145,7 +148,7 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 		return errorf("new", ErrBudget, "", "Config.DeviceBufferBytes = %d gives %d-byte wave arenas, below one chunk of Config.MaxChunkBytes = %d: raise it to at least %d or lower MaxChunkBytes", cfg.DeviceBufferBytes, arena, cfg.MaxChunkBytes, need*cudaWaveBufs)
 	}
 	e.lim = waveLimits{slab: slab, arena: arena, jobs: maxWaveJobs, ops: maxWaveOps, opCost: opBytes, readCap: 4 << 20, readGap: 64 << 10}
-	e.align = 16
+	e.inAlign = 1
 	err := e.ex.Do(func() error {
 		var err error
 		if e.kernels, err = ptx.Load(); err != nil {
@@ -162,7 +165,10 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 				if err != nil {
 					return err
 				}
-				e.align = max(e.align, int64(a.Input), int64(a.Output))
+				if a.Output > 256 {
+					return fmt.Errorf("nvcomp %s needs outputs aligned to %d bytes, more than the 256 the arena gives", alg, a.Output)
+				}
+				e.inAlign = max(e.inAlign, int64(a.Input))
 			}
 			dc := nvcomp.DecoderConfig{Algorithm: nvcomp.Zstd, MaxChunks: maxWaveJobs, MaxChunkBytes: int(cfg.MaxChunkBytes), MaxTotalBytes: int(arena)}
 			if e.zstd, err = e.lib.NewDecoder(dc); err != nil {
@@ -429,10 +435,10 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		switch {
 		case r.Compression == zarr.CompressionNone && len(payload) == n && poff%int64(j.src.dtype.Size()) == 0:
 			where[j] = poff
-		case j.gpu && r.Compression == zarr.CompressionZstd && poff%e.align == 0 && nvcomp.ZstdGPUCompatible(payload, n):
+		case j.gpu && r.Compression == zarr.CompressionZstd && poff%e.inAlign == 0 && nvcomp.ZstdGPUCompatible(payload, n):
 			j.payOff, j.payLen = poff, int64(len(payload))
 			zstdJobs = append(zstdJobs, j)
-		case j.gpu && r.Compression == zarr.CompressionLZ4 && len(payload) > 4 && (poff+4)%e.align == 0 &&
+		case j.gpu && r.Compression == zarr.CompressionLZ4 && len(payload) > 4 && (poff+4)%e.inAlign == 0 &&
 			binary.LittleEndian.Uint32(payload) == uint32(n):
 			j.payOff, j.payLen = poff+4, int64(len(payload)-4)
 			lz4Jobs = append(lz4Jobs, j)
