@@ -85,32 +85,30 @@ func unshuffleAny(dst, src []byte, n, ts, from int) {
 	}
 }
 
-// spread8 moves byte k of x to byte 2k of the result.
-func spread8(x uint32) uint64 {
-	v := uint64(x)
-	v = (v | v<<16) & 0x0000ffff0000ffff
-	return (v | v<<8) & 0x00ff00ff00ff00ff
+// interleave8 turns bytes a0..a3 b0..b3 of x (low byte first) into
+// a0 b0 a1 b1 a2 b2 a3 b3, by two swaps of the middle groups.
+func interleave8(x uint64) uint64 {
+	t := (x ^ x>>16) & 0x00000000ffff0000
+	x ^= t | t<<16
+	t = (x ^ x>>8) & 0x0000ff000000ff00
+	return x ^ (t | t<<8)
 }
 
-// spread16 moves 16-bit lane k of x to 32-bit lane k of the result.
-func spread16(x uint32) uint64 {
-	v := uint64(x)
-	return (v | v<<16) & 0x0000ffff0000ffff
+// interleave16 turns 16-bit lanes a0 a1 b0 b1 of x into a0 b0 a1 b1.
+func interleave16(x uint64) uint64 {
+	t := (x ^ x>>16) & 0x00000000ffff0000
+	return x ^ (t | t<<16)
 }
 
-// zip8 interleaves the bytes of a and b: the result's 16-bit lane k is
-// a's byte k, then b's byte k, for k = 0..7, as two words.
-func zip8(a, b uint64) (lo, hi uint64) {
-	lo = spread8(uint32(a)) | spread8(uint32(b))<<8
-	hi = spread8(uint32(a>>32)) | spread8(uint32(b>>32))<<8
-	return lo, hi
-}
+// zip8lo and zip8hi interleave the bytes of a and b: 16-bit lane k of the
+// result is a's byte k, then b's, for k = 0..3 (lo) and 4..7 (hi). They
+// are two functions so that each stays cheap enough to inline.
+func zip8lo(a, b uint64) uint64 { return interleave8(a&0xffffffff | b<<32) }
+func zip8hi(a, b uint64) uint64 { return interleave8(a>>32 | b&^0xffffffff) }
 
 // zip16 interleaves the 16-bit lanes of a and b into 32-bit lanes.
 func zip16(a, b uint64) (lo, hi uint64) {
-	lo = spread16(uint32(a)) | spread16(uint32(b))<<16
-	hi = spread16(uint32(a>>32)) | spread16(uint32(b>>32))<<16
-	return lo, hi
+	return interleave16(a&0xffffffff | b<<32), interleave16(a>>32 | b&^0xffffffff)
 }
 
 // zip32 interleaves the 32-bit lanes of a and b into 64-bit lanes.
@@ -122,10 +120,11 @@ func unshuffle2(dst, src []byte, n int) {
 	p0, p1 := src[:n], src[n:2*n]
 	i := 0
 	for ; i+8 <= n; i += 8 {
-		lo, hi := zip8(binary.LittleEndian.Uint64(p0[i:]), binary.LittleEndian.Uint64(p1[i:]))
+		a := binary.LittleEndian.Uint64(p0[i : i+8])
+		b := binary.LittleEndian.Uint64(p1[i : i+8])
 		d := dst[2*i : 2*i+16]
-		binary.LittleEndian.PutUint64(d, lo)
-		binary.LittleEndian.PutUint64(d[8:], hi)
+		binary.LittleEndian.PutUint64(d[:8], zip8lo(a, b))
+		binary.LittleEndian.PutUint64(d[8:], zip8hi(a, b))
 	}
 	unshuffleAny(dst, src, n, 2, i)
 }
@@ -134,28 +133,31 @@ func unshuffle4(dst, src []byte, n int) {
 	p0, p1, p2, p3 := src[:n], src[n:2*n], src[2*n:3*n], src[3*n:4*n]
 	i := 0
 	for ; i+8 <= n; i += 8 {
-		a0, a1 := zip8(binary.LittleEndian.Uint64(p0[i:]), binary.LittleEndian.Uint64(p1[i:]))
-		b0, b1 := zip8(binary.LittleEndian.Uint64(p2[i:]), binary.LittleEndian.Uint64(p3[i:]))
+		r0 := binary.LittleEndian.Uint64(p0[i : i+8])
+		r1 := binary.LittleEndian.Uint64(p1[i : i+8])
+		r2 := binary.LittleEndian.Uint64(p2[i : i+8])
+		r3 := binary.LittleEndian.Uint64(p3[i : i+8])
+		a0, a1 := zip8lo(r0, r1), zip8hi(r0, r1)
+		b0, b1 := zip8lo(r2, r3), zip8hi(r2, r3)
 		w0, w1 := zip16(a0, b0)
 		w2, w3 := zip16(a1, b1)
 		d := dst[4*i : 4*i+32]
-		binary.LittleEndian.PutUint64(d, w0)
-		binary.LittleEndian.PutUint64(d[8:], w1)
-		binary.LittleEndian.PutUint64(d[16:], w2)
+		binary.LittleEndian.PutUint64(d[:8], w0)
+		binary.LittleEndian.PutUint64(d[8:16], w1)
+		binary.LittleEndian.PutUint64(d[16:24], w2)
 		binary.LittleEndian.PutUint64(d[24:], w3)
 	}
 	unshuffleAny(dst, src, n, 4, i)
 }
 
 func unshuffle8(dst, src []byte, n int) {
-	var p [8][]byte
-	for j := range p {
-		p[j] = src[j*n : (j+1)*n]
-	}
 	i := 0
 	for ; i+8 <= n; i += 8 {
-		var w [8]uint64
-		transpose8x8(&w, p[0][i:], p[1][i:], p[2][i:], p[3][i:], p[4][i:], p[5][i:], p[6][i:], p[7][i:])
+		var r [8]uint64
+		for k := range r {
+			r[k] = binary.LittleEndian.Uint64(src[k*n+i:])
+		}
+		w := transposeBytes8(&r)
 		d := dst[8*i : 8*i+64]
 		for k, x := range w {
 			binary.LittleEndian.PutUint64(d[8*k:], x)
@@ -164,22 +166,21 @@ func unshuffle8(dst, src []byte, n int) {
 	unshuffleAny(dst, src, n, 8, i)
 }
 
-// transpose8x8 loads 8 bytes from each of r0..r7 and sets w[i] to the word
-// whose byte k is byte i of rk.
-func transpose8x8(w *[8]uint64, r0, r1, r2, r3, r4, r5, r6, r7 []byte) {
-	a0, a1 := zip8(binary.LittleEndian.Uint64(r0), binary.LittleEndian.Uint64(r1))
-	b0, b1 := zip8(binary.LittleEndian.Uint64(r2), binary.LittleEndian.Uint64(r3))
-	c0, c1 := zip8(binary.LittleEndian.Uint64(r4), binary.LittleEndian.Uint64(r5))
-	d0, d1 := zip8(binary.LittleEndian.Uint64(r6), binary.LittleEndian.Uint64(r7))
-	// 16-bit lane i of a0/a1 is bytes i of r0, r1; gather 32-bit lanes.
-	e0, e1 := zip16(a0, b0) // elements 0..3, bytes 0..3
-	e2, e3 := zip16(a1, b1) // elements 4..7, bytes 0..3
-	f0, f1 := zip16(c0, d0) // elements 0..3, bytes 4..7
-	f2, f3 := zip16(c1, d1) // elements 4..7, bytes 4..7
+// transposeBytes8 returns the words w with byte k of w[i] = byte i of r[k].
+func transposeBytes8(r *[8]uint64) (w [8]uint64) {
+	a0, a1 := zip8lo(r[0], r[1]), zip8hi(r[0], r[1]) // 16-bit lane i: bytes i of r0, r1
+	b0, b1 := zip8lo(r[2], r[3]), zip8hi(r[2], r[3])
+	c0, c1 := zip8lo(r[4], r[5]), zip8hi(r[4], r[5])
+	d0, d1 := zip8lo(r[6], r[7]), zip8hi(r[6], r[7])
+	e0, e1 := zip16(a0, b0) // 32-bit lane i: bytes i of r0..r3, i = 0..3
+	e2, e3 := zip16(a1, b1) // i = 4..7
+	f0, f1 := zip16(c0, d0) // bytes i of r4..r7
+	f2, f3 := zip16(c1, d1)
 	w[0], w[1] = zip32(e0, f0)
 	w[2], w[3] = zip32(e1, f1)
 	w[4], w[5] = zip32(e2, f2)
 	w[6], w[7] = zip32(e3, f3)
+	return w
 }
 
 // shuffleBlock byte-shuffles one block; len(dst) == len(src).
@@ -206,6 +207,10 @@ func transposeBits8(x uint64) uint64 {
 }
 
 // bitUnshuffleBlock bit-unshuffles one block; len(dst) == len(src).
+//
+// It works on 64 elements at a time: for each byte b, 8 words from the 8
+// bit-rows of b transpose (as bytes, then as bits) into byte b of the 64
+// elements, which the byte-unshuffle zips then interleave into place.
 func bitUnshuffleBlock(dst, src []byte, ts int) {
 	n := len(src) / ts
 	if n%8 != 0 {
@@ -213,20 +218,74 @@ func bitUnshuffleBlock(dst, src []byte, ts int) {
 		return
 	}
 	rl := n / 8 // bytes per bit-row
-	for b := range ts {
-		rows := src[8*b*rl : 8*(b+1)*rl]
-		g := 0
-		if ts == 1 {
-			for ; g+8 <= rl; g += 8 {
-				var w [8]uint64
-				transpose8x8(&w, rows[g:], rows[rl+g:], rows[2*rl+g:], rows[3*rl+g:], rows[4*rl+g:], rows[5*rl+g:], rows[6*rl+g:], rows[7*rl+g:])
-				d := dst[8*g : 8*g+64]
-				for k, x := range w {
-					binary.LittleEndian.PutUint64(d[8*k:], transposeBits8(x))
+	g := 0      // bit-row byte, = element / 8
+	for ; g+8 <= rl; g += 8 {
+		var y [8][8]uint64 // y[b][i]: byte b of elements 8(g+i) .. 8(g+i)+7
+		for b := range ts {
+			var r [8]uint64
+			rows := src[8*b*rl+g:]
+			for k := range r {
+				r[k] = binary.LittleEndian.Uint64(rows[k*rl:])
+			}
+			w := transposeBytes8(&r)
+			for i := range w {
+				w[i] = transposeBits8(w[i])
+			}
+			if b < len(y) {
+				y[b] = w
+				continue
+			}
+			for i, x := range w {
+				d := dst[8*(g+i)*ts+b:]
+				for j := range 8 {
+					d[j*ts] = byte(x >> (8 * j))
 				}
 			}
 		}
-		for ; g < rl; g++ {
+		d := dst[8*g*ts : 8*(g+8)*ts]
+		switch ts {
+		case 1:
+			for i, x := range y[0] {
+				binary.LittleEndian.PutUint64(d[8*i:], x)
+			}
+		case 2:
+			for i := range 8 {
+				lo, hi := zip8lo(y[0][i], y[1][i]), zip8hi(y[0][i], y[1][i])
+				binary.LittleEndian.PutUint64(d[16*i:], lo)
+				binary.LittleEndian.PutUint64(d[16*i+8:], hi)
+			}
+		case 4:
+			for i := range 8 {
+				a0, a1 := zip8lo(y[0][i], y[1][i]), zip8hi(y[0][i], y[1][i])
+				b0, b1 := zip8lo(y[2][i], y[3][i]), zip8hi(y[2][i], y[3][i])
+				w0, w1 := zip16(a0, b0)
+				w2, w3 := zip16(a1, b1)
+				binary.LittleEndian.PutUint64(d[32*i:], w0)
+				binary.LittleEndian.PutUint64(d[32*i+8:], w1)
+				binary.LittleEndian.PutUint64(d[32*i+16:], w2)
+				binary.LittleEndian.PutUint64(d[32*i+24:], w3)
+			}
+		case 8:
+			for i := range 8 {
+				r := [8]uint64{y[0][i], y[1][i], y[2][i], y[3][i], y[4][i], y[5][i], y[6][i], y[7][i]}
+				for e, x := range transposeBytes8(&r) {
+					binary.LittleEndian.PutUint64(d[64*i+8*e:], x)
+				}
+			}
+		default:
+			for b := range min(ts, len(y)) {
+				for i, x := range y[b] {
+					dd := d[8*i*ts+b:]
+					for j := range 8 {
+						dd[j*ts] = byte(x >> (8 * j))
+					}
+				}
+			}
+		}
+	}
+	for ; g < rl; g++ {
+		for b := range ts {
+			rows := src[8*b*rl:]
 			var x uint64
 			for k := range 8 {
 				x |= uint64(rows[k*rl+g]) << (8 * k)
