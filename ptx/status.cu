@@ -3,10 +3,11 @@
 // wave (and reads its first word) instead of three per-chunk arrays.
 //
 // It is a single block of DAMACY_STATUS_THREADS threads. A wave has at most
-// tens of thousands of chunks, few enough for one block; in exchange the
-// kernel needs no atomics, no second pass and no zeroed output: it
-// computes the whole summary and writes it once, so the summary buffer can
-// be reused across waves without a memset.
+// tens of thousands of chunks, few enough for one block (100000 chunks take
+// 37 us on an H200, a few thousand take a few); in exchange the kernel
+// needs no atomics, no second pass and no zeroed output: it computes the
+// whole summary and writes it once, so the summary buffer can be reused
+// across waves without a memset.
 #include "kernels.h"
 
 typedef unsigned int u32;
