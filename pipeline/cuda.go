@@ -500,13 +500,17 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		return
 	}
 	cw.plan = p
-	ops, blocks := ptx.OpBytes(p.Ops()), p.BlockOps()
+	ops, blocks := ptx.OpBytes(p.Ops()), ptx.BlockOpBytes(p.BlockOps())
+	if end+align(int64(len(ops)))+int64(len(blocks)) > int64(len(slab)) {
+		fail(errorf("plan", ErrBudget, "", "wave layout overflow: %d ops and %d blocks do not fit the %d-byte slab (a planning bug)", len(p.Ops()), len(p.BlockOps()), len(slab)))
+		return
+	}
 	cw.opsOff = end
 	copy(slab[end:], ops)
 	end = align(end + int64(len(ops)))
 	cw.blkOff = end
-	copy(slab[end:], unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(blocks))), 4*len(blocks)))
-	end = align(end + 4*int64(len(blocks)))
+	copy(slab[end:], blocks)
+	end = align(end + int64(len(blocks)))
 	if end > int64(len(slab)) || arena > cw.buf.size-cw.buf.arena {
 		fail(errorf("plan", ErrBudget, "", "wave layout overflow: %d staging bytes of %d, %d arena bytes of %d (a planning bug)", end, len(slab), arena, cw.buf.size-cw.buf.arena))
 		return
