@@ -131,7 +131,7 @@ func (o *datasetFlags) apply(d *DatasetSpec) error {
 	if err := d.validate(); err != nil {
 		var se *scenarioError
 		if errors.As(err, &se) {
-			return usagef("%s (after the flags)", strings.TrimPrefix(se.Error(), ": "))
+			return usagef("%v (after the flags)", se)
 		}
 		return err
 	}
@@ -230,8 +230,8 @@ func ensureDataset(ctx context.Context, e *env, d *DatasetSpec, dir string, verb
 	if s.DiskBytes > 0 {
 		ratio = float64(s.RawBytes) / float64(s.DiskBytes)
 	}
-	fmt.Fprintf(e.stderr, "damacy: wrote %d images to %s: %s raw, %s on disk (ratio %.2f) in %s (%s/s)\n",
-		s.Images, dir, formatBytes(s.RawBytes), formatBytes(s.DiskBytes), ratio,
+	fmt.Fprintf(e.stderr, "damacy: wrote %s to %s: %s raw, %s on disk (ratio %.2f) in %s (%s/s)\n",
+		plural(s.Images, "image"), dir, formatBytes(s.RawBytes), formatBytes(s.DiskBytes), ratio,
 		s.Elapsed.Round(time.Millisecond), formatBytes(int64(float64(s.RawBytes)/max(s.Elapsed.Seconds(), 1e-9))))
 	return s, nil
 }
@@ -345,4 +345,12 @@ func diskBytes(dir string) (int64, error) {
 		return nil
 	})
 	return n, err
+}
+
+// plural writes n and the noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -215,10 +215,14 @@ type scenarioError struct {
 }
 
 func (e *scenarioError) Error() string {
-	if e.Field == "" {
-		return e.File + ": " + e.Msg
+	msg := e.Msg
+	if e.Field != "" {
+		msg = e.Field + ": " + msg
 	}
-	return e.File + ": " + e.Field + ": " + e.Msg
+	if e.File != "" {
+		msg = e.File + ": " + msg
+	}
+	return msg
 }
 
 // loadScenario reads a scenario from a file or, when no file of that name
@@ -583,16 +587,17 @@ func specFieldError(err error) error {
 	if !errors.As(err, &se) {
 		return fieldErr("dataset", "%v", err)
 	}
-	f := se.Field
+	f := strings.Replace(se.Field, "NGFFSpec.Array.", "Spec.", 1)
 	for _, m := range []struct{ writer, scenario string }{
 		{"Spec.ChunkShape", "dataset.chunk"},
 		{"Spec.ShardShape", "dataset.shard"},
 		{"Spec.Shape", "dataset.shape"},
 		{"Spec.DataType", "dataset.dtype"},
 		{"Spec.Compression.Level", "dataset.level"},
+		{"Spec.Compression.Shuffle", "dataset.shuffle"},
 		{"Spec.Compression", "dataset.codec"},
 	} {
-		if strings.Contains(f, m.writer) {
+		if strings.HasPrefix(f, m.writer) {
 			return fieldErr(m.scenario, "%s", se.Reason)
 		}
 	}
