@@ -1,15 +1,19 @@
 package writer
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"iter"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,7 +81,7 @@ func writeMetadata(dir string, files map[string][]byte) error {
 		}
 	}
 	for name, b := range files {
-		if err := writeFile(filepath.Join(dir, name), b); err != nil {
+		if err := writeFile(filepath.Join(dir, name), [][]byte{b}); err != nil {
 			return err
 		}
 	}
@@ -87,9 +91,17 @@ func writeMetadata(dir string, files map[string][]byte) error {
 // Dir returns the directory the array is written to.
 func (a *Array) Dir() string { return a.dir }
 
-// Spec returns the array's spec with defaults filled in (Format, Order,
-// Separator).
-func (a *Array) Spec() Spec { return a.l.spec }
+// Spec returns a copy of the array's spec with defaults filled in (Format,
+// Order, Separator).
+func (a *Array) Spec() Spec {
+	s := a.l.spec
+	s.Shape = slices.Clone(s.Shape)
+	s.ChunkShape = slices.Clone(s.ChunkShape)
+	s.ShardShape = slices.Clone(s.ShardShape)
+	s.DimensionNames = slices.Clone(s.DimensionNames)
+	s.Attributes = maps.Clone(s.Attributes)
+	return s
+}
 
 // NumBlocks returns the number of blocks: the shards of a sharded array, the
 // chunks of an unsharded one.
@@ -210,20 +222,16 @@ type source struct {
 	fn   func(dst []byte, box []zarr.Range) error
 }
 
-// parallel runs n jobs, 0..n-1, on up to workers goroutines (0 means
-// GOMAXPROCS). start makes one worker's job function and its cleanup. The
-// first error cancels the rest and is returned; ctx's end stops the work
-// between jobs and returns ctx.Err().
+// parallel runs n jobs, 0..n-1, on up to workers goroutines. start makes
+// one worker's job function and its cleanup. The first error cancels the
+// rest and is returned; if ctx ends before every job is done, the work stops
+// between jobs and ctx's error is returned.
 func parallel(ctx context.Context, n, workers int, start func() (job func(int) error, done func())) error {
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	workers = min(workers, n)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var next atomic.Int64
+	var next, finished atomic.Int64
 	var wg sync.WaitGroup
-	for range workers {
+	for range min(workers, n) {
 		wg.Go(func() {
 			job, done := start()
 			defer done()
@@ -236,14 +244,15 @@ func parallel(ctx context.Context, n, workers int, start func() (job func(int) e
 					cancel(err)
 					return
 				}
+				finished.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
+	if finished.Load() == int64(n) {
+		return nil
 	}
-	return nil
+	return context.Cause(ctx)
 }
 
 // key returns the storage key of the block at grid position g.
@@ -280,7 +289,7 @@ func (a *Array) writeBlock(e *blockEncoder, g []int64, src source, p int) error 
 		return fmt.Errorf("writer: %s: block %s: %w", a.dir, key, err)
 	}
 	path := filepath.Join(a.dir, filepath.FromSlash(key))
-	if obj == nil {
+	if len(obj) == 0 {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("writer: %w", err)
 		}
@@ -292,19 +301,39 @@ func (a *Array) writeBlock(e *blockEncoder, g []int64, src source, p int) error 
 	return writeFile(path, obj)
 }
 
-// writeFile writes b to path through a temporary file in the same
-// directory, renamed into place, so that a reader never sees part of it.
-func writeFile(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+// writeFile writes the pieces, in order, to path through a temporary file
+// in the same directory, renamed into place, so that a reader never sees
+// part of it.
+func writeFile(path string, pieces [][]byte) error {
+	var f *os.File
+	var err error
+	for range 10 { // a name another writer took is tried again
+		tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".%s.%016x.tmp", filepath.Base(path), rand.Uint64()))
+		f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		if !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("writer: %w", err)
 	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	// Small pieces are gathered into larger writes; large ones go straight
+	// through.
+	total := 0
+	for _, p := range pieces {
+		total += len(p)
+	}
+	w := bufio.NewWriterSize(f, min(total, 1<<20))
+	for _, p := range pieces {
+		if _, err = w.Write(p); err != nil {
+			break
+		}
 	}
 	if err == nil {
-		err = os.Chmod(f.Name(), 0o644)
+		err = w.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	if err == nil {
 		err = os.Rename(f.Name(), path)

@@ -7,7 +7,9 @@ import (
 // checkBlosc validates the blosc fields of c.
 func (c Compression) checkBlosc() error {
 	switch c.BloscCompressor {
-	case blosc.BloscLZ, blosc.LZ4, blosc.LZ4HC, blosc.Snappy, blosc.Zlib, blosc.Zstd:
+	case blosc.BloscLZ, blosc.LZ4, blosc.LZ4HC, blosc.Zlib, blosc.Zstd:
+	case blosc.Snappy:
+		return specErr("Spec.Compression.BloscCompressor", "snappy is refused: numcodecs' blosc is built without it, so zarr-python could not read the array")
 	default:
 		return specErr("Spec.Compression.BloscCompressor", "unknown compressor %v", c.BloscCompressor)
 	}

@@ -2,7 +2,6 @@ package writer
 
 import (
 	"math"
-	"math/bits"
 
 	"github.com/damacy-go/damacy/zarr"
 )
@@ -188,6 +187,3 @@ func roundShift(x uint64, s uint) uint64 {
 	}
 	return q
 }
-
-// log2 returns log2(n) for a power of two n.
-func log2(n uint64) uint { return uint(bits.TrailingZeros64(n)) }

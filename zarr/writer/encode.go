@@ -59,15 +59,15 @@ func newChunkEncoder(l *layout) *chunkEncoder {
 	}
 }
 
-// blockEncoder assembles the objects of blocks, one block at a time, from
+// blockEncoder lays out the objects of blocks, one block at a time, from
 // chunks encoded by up to len(parts) goroutines.
 type blockEncoder struct {
-	obj   []byte
-	index []byte
+	index []byte // a shard's index and its checksum
 	// parts[w] holds the chunks goroutine w encoded, back to back; chunks
 	// says where each of the block's chunks is.
 	parts  [][]byte
 	chunks []chunkLoc
+	pieces [][]byte // the object, in pieces to write in order
 }
 
 // chunkLoc locates an encoded chunk in blockEncoder.parts.
@@ -77,9 +77,10 @@ type chunkLoc struct {
 }
 
 // encodeBlock returns the object of the block at grid position g, whose data
-// src covers, or nil when every chunk in it is skipped as empty. Up to p
-// goroutines encode its chunks. The result is valid until the next call.
-func (a *Array) encodeBlock(e *blockEncoder, g []int64, src source, p int) ([]byte, error) {
+// src covers, as pieces to be written in order, or nil when every chunk in
+// it is skipped as empty. Up to p goroutines encode its chunks. The result
+// is valid until the next call.
+func (a *Array) encodeBlock(e *blockEncoder, g []int64, src source, p int) ([][]byte, error) {
 	l := a.l
 	s := &l.spec
 	n := int(product(l.inner))
@@ -102,10 +103,10 @@ func (a *Array) encodeBlock(e *blockEncoder, g []int64, src source, p int) ([]by
 				return
 			}
 			e.chunks[i].part = -1
-			// The chunk's origin: block origin plus chunk i's position in
-			// the block's chunk grid (C order).
 			a.slots <- struct{}{}
 			c := a.chunkEncoders.Get().(*chunkEncoder)
+			// The chunk's origin: the block's, plus chunk i's position in
+			// the block's chunk grid (C order).
 			outside := false
 			k := int64(i)
 			for d := len(g) - 1; d >= 0; d-- {
@@ -142,21 +143,25 @@ func (a *Array) encodeBlock(e *blockEncoder, g []int64, src source, p int) ([]by
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	e.pieces = e.pieces[:0]
 	if !l.sharded {
 		if c := e.chunks[0]; c.part >= 0 {
-			return e.parts[c.part][c.off : c.off+c.len], nil
+			e.pieces = append(e.pieces, e.parts[c.part][c.off:c.off+c.len])
+			return e.pieces, nil
 		}
 		return nil, nil
 	}
 
 	// The shard: chunks in C order, the index before or after them.
 	indexBytes := 16*n + 4
-	e.obj = e.obj[:0]
+	e.index = grow(e.index, indexBytes)
 	if s.IndexAtStart {
-		e.obj = append(e.obj, make([]byte, indexBytes)...)
+		e.pieces = append(e.pieces, e.index)
 	}
-	e.index = grow(e.index, 16*n)
-	stored := 0
+	off := 0
+	if s.IndexAtStart {
+		off = indexBytes
+	}
 	for i, c := range e.chunks {
 		entry := e.index[16*i : 16*i+16]
 		if c.part < 0 {
@@ -164,22 +169,19 @@ func (a *Array) encodeBlock(e *blockEncoder, g []int64, src source, p int) ([]by
 			binary.LittleEndian.PutUint64(entry[8:], math.MaxUint64)
 			continue
 		}
-		binary.LittleEndian.PutUint64(entry, uint64(len(e.obj)))
+		binary.LittleEndian.PutUint64(entry, uint64(off))
 		binary.LittleEndian.PutUint64(entry[8:], uint64(c.len))
-		e.obj = append(e.obj, e.parts[c.part][c.off:c.off+c.len]...)
-		stored++
+		e.pieces = append(e.pieces, e.parts[c.part][c.off:c.off+c.len])
+		off += c.len
 	}
-	if stored == 0 {
-		return nil, nil
+	if len(e.pieces) == 0 || s.IndexAtStart && len(e.pieces) == 1 {
+		return nil, nil // every chunk skipped
 	}
-	sum := crc32.Checksum(e.index, castagnoli)
-	if s.IndexAtStart {
-		copy(e.obj, e.index)
-		binary.LittleEndian.PutUint32(e.obj[16*n:], sum)
-		return e.obj, nil
+	binary.LittleEndian.PutUint32(e.index[16*n:], crc32.Checksum(e.index[:16*n], castagnoli))
+	if !s.IndexAtStart {
+		e.pieces = append(e.pieces, e.index)
 	}
-	e.obj = append(e.obj, e.index...)
-	return binary.LittleEndian.AppendUint32(e.obj, sum), nil
+	return e.pieces, nil
 }
 
 // load fills e.chunk with the chunk at e.at from src, padding the part
@@ -249,7 +251,16 @@ func (e *chunkEncoder) encode() ([]byte, error) {
 		}
 		swapBytes(data, l.ti.size)
 	}
-	c := s.Compression
+	out, err := e.compress(data)
+	if err != nil {
+		return nil, fmt.Errorf("%v encoder: %w", s.Compression.Codec, err)
+	}
+	return out, nil
+}
+
+// compress runs the compressor on data.
+func (e *chunkEncoder) compress(data []byte) ([]byte, error) {
+	c := e.l.spec.Compression
 	switch c.Codec {
 	case Zstd:
 		if e.zstd == nil {

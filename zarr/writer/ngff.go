@@ -399,8 +399,8 @@ func (r *reducer) reduce(dst []byte, box []zarr.Range, src []byte, srcBox []zarr
 // mean averages the elements at so+offsets[c] for every c within pairs.
 func (r *reducer) mean(src []byte, so int64, offsets []int64, pairs int) uint64 {
 	ti := r.ti
-	n := uint64(1) << bits.OnesCount(uint(pairs))
-	shift := log2(n)
+	shift := uint(bits.OnesCount(uint(pairs)))
+	n := uint64(1) << shift
 	var qs, rs uint64 // sums of v/n and v%n, as two's complement for signed types
 	var fs float64
 	for c, off := range offsets {

@@ -29,7 +29,7 @@ func testCodecs() []Compression {
 		{Codec: Zlib, Level: 1},
 		{Codec: LZ4},
 	}
-	for _, bc := range []blosc.Compressor{blosc.BloscLZ, blosc.LZ4, blosc.LZ4HC, blosc.Snappy, blosc.Zlib, blosc.Zstd} {
+	for _, bc := range []blosc.Compressor{blosc.BloscLZ, blosc.LZ4, blosc.LZ4HC, blosc.Zlib, blosc.Zstd} {
 		for _, sh := range []blosc.Shuffle{blosc.NoShuffle, blosc.ByteShuffle, blosc.BitShuffle} {
 			cs = append(cs, Compression{Codec: Blosc, Level: 5, BloscCompressor: bc, Shuffle: sh})
 		}
@@ -174,12 +174,13 @@ func TestRoundTrip(t *testing.T) {
 	for _, dt := range allTypes {
 		for _, c := range testCodecs() {
 			for _, lay := range testLayouts {
+				// Up to 3 chunks per dimension keeps the files few.
 				rank := 1 + rng.IntN(4)
 				shape := make([]int64, rank)
 				chunk := make([]int64, rank)
 				for d := range rank {
 					shape[d] = 1 + rng.Int64N(int64(24/rank)+4)
-					chunk[d] = 1 + rng.Int64N(shape[d]+1)
+					chunk[d] = ceilDiv(shape[d], 1+rng.Int64N(3)) + rng.Int64N(2)
 				}
 				spec := Spec{Shape: shape, ChunkShape: chunk, DataType: dt, Compression: c}
 				lay.set(&spec, chunk)

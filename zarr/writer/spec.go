@@ -109,8 +109,8 @@ type Compression struct {
 	// Checksum stores zstd's content checksum. Zstd only.
 	Checksum bool
 	// BloscCompressor is blosc's inner compressor: blosc.LZ4, blosc.LZ4HC,
-	// blosc.Zstd, blosc.Zlib, blosc.Snappy or blosc.BloscLZ (the zero
-	// value). Blosc only.
+	// blosc.Zstd, blosc.Zlib or blosc.BloscLZ (the zero value); not
+	// blosc.Snappy, which zarr-python cannot read. Blosc only.
 	BloscCompressor blosc.Compressor
 	// Shuffle is blosc's filter: blosc.NoShuffle, blosc.ByteShuffle or
 	// blosc.BitShuffle. Blosc only.

@@ -50,6 +50,7 @@ var badSpecTests = []struct {
 		s.Compression = Compression{Codec: Blosc, Level: 10, BloscCompressor: blosc.LZ4}
 	}, "Spec.Compression.Level"},
 	{"blosc compressor", func(s *Spec) { s.Compression = Compression{Codec: Blosc, BloscCompressor: 9} }, "Spec.Compression.BloscCompressor"},
+	{"blosc snappy", func(s *Spec) { s.Compression = Compression{Codec: Blosc, BloscCompressor: blosc.Snappy} }, "Spec.Compression.BloscCompressor"},
 	{"blosc shuffle", func(s *Spec) {
 		s.Compression = Compression{Codec: Blosc, BloscCompressor: blosc.LZ4, Shuffle: 7}
 	}, "Spec.Compression.Shuffle"},

@@ -7,8 +7,9 @@ import (
 	"slices"
 )
 
-// Limits on what the writer accepts. Chunks and shards are encoded in
-// memory, so their sizes bound the memory of each writing goroutine.
+// Limits on what the writer accepts. Chunks are encoded in memory and the
+// compressed chunks of a shard are held until it is written, so these bound
+// the memory of each writing goroutine.
 const (
 	maxRank       = 32
 	maxChunkBytes = 1 << 30
@@ -19,19 +20,17 @@ const (
 
 // layout is a validated Spec, resolved into what encoding needs.
 type layout struct {
-	spec    Spec // normalized: Format, Order and Separator filled in
-	ti      typeInfo
-	sharded bool
-	block   []int64 // shape of a block: ShardShape, or ChunkShape when unsharded
-	inner   []int64 // chunks per block in each dimension (all 1 when unsharded)
-	grid    []int64 // blocks in each dimension
-	nblocks int
-	// chunkBytes and blockBytes are the sizes of one chunk and of one whole
-	// block, in bytes.
-	chunkBytes, blockBytes int
-	fill                   uint64 // the fill value's bit pattern
-	fillChunk              []byte // a chunk of fill values
-	attrs                  json.RawMessage
+	spec       Spec // normalized: Format, Order and Separator filled in
+	ti         typeInfo
+	sharded    bool
+	block      []int64 // shape of a block: ShardShape, or ChunkShape when unsharded
+	inner      []int64 // chunks per block in each dimension (all 1 when unsharded)
+	grid       []int64 // blocks in each dimension
+	nblocks    int
+	chunkBytes int    // the size of one chunk
+	fill       uint64 // the fill value's bit pattern
+	fillChunk  []byte // a chunk of fill values
+	attrs      json.RawMessage
 }
 
 func specErr(field, format string, args ...any) error {
@@ -92,7 +91,6 @@ func (s Spec) resolve() (*layout, error) {
 			return nil, specErr("Spec.IndexAtStart", "applies to sharded arrays only (ShardShape is nil)")
 		}
 	}
-	l.blockBytes = int(product(l.block)) * l.ti.size
 	l.grid = make([]int64, rank)
 	nblocks := int64(1)
 	for i := range rank {
