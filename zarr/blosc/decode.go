@@ -72,7 +72,8 @@ func DecodeNoUnshuffle(dst, src []byte) (int, error) {
 // Decode decodes the chunk src into dst[:n] and returns n, the chunk's
 // Nbytes; dst must hold at least that many bytes. Bytes of src past the
 // header's Cbytes are ignored. Every stream must decode to exactly its
-// expected length. On error, dst[:n] may hold partial output.
+// expected length, and split blocks must divide evenly among their streams.
+// On error, dst may have been partly written.
 func (d *Decoder) Decode(dst, src []byte) (int, error) {
 	return d.decode(dst, src, true)
 }
