@@ -7,10 +7,12 @@
 // block: a block is the region stored in one object, a shard of a sharded
 // array or a chunk of an unsharded one. Every block is encoded and written
 // independently, in one piece (a temporary file renamed into place), so
-// several goroutines may write different blocks of one array at once and
-// memory stays bounded by a few blocks per goroutine. [Array.WriteRegion]
+// several goroutines may write different blocks of one array at once; the
+// chunks of a block are compressed in parallel too. [Array.WriteRegion]
 // writes a block-aligned region from a caller's buffer; [Array.WriteFrom]
-// writes the whole array from a generator function, in parallel.
+// writes the whole array from a generator function, in parallel, holding
+// about one chunk per goroutine and one compressed block per block in
+// progress.
 //
 // [Synth] is a deterministic synthetic data generator (a smooth field, random
 // low bits and a fraction of uniformly random voxels), for every data type;
