@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/damacy-go/damacy/cuda/cudatest"
 )
 
 func TestBenchSmoke(t *testing.T) {
@@ -195,5 +198,58 @@ func TestDropCache(t *testing.T) {
 	}
 	if err := dropFileCache(f + "-missing"); err == nil {
 		t.Errorf("dropFileCache of a missing file: no error")
+	}
+}
+
+// TestBenchCUDA runs the smoke scenario on the CUDA engine, checks the
+// first batch against the reference reader and measures the GPU ceilings.
+func TestBenchCUDA(t *testing.T) {
+	cudatest.MustHaveGPU(t)
+	dir := t.TempDir()
+	out, _ := mustRun(t, "bench", "--engine", "cuda", "--json", "--verify", "--data", filepath.Join(dir, "data"), "smoke")
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Engine != "cuda" || !strings.HasPrefix(rep.Device, "cuda:") || !rep.Verified || rep.OutputGBps <= 0 {
+		t.Errorf("engine %s on %s, verified %v, %v GB/s; want a verified cuda run", rep.Engine, rep.Device, rep.Verified, rep.OutputGBps)
+	}
+	names := map[string]bool{}
+	for _, c := range rep.Ceilings {
+		names[c.Name] = c.GBps > 0
+	}
+	for _, n := range []string{"pread replay", "h2d (pinned)", "assemble-only (gpu)"} {
+		if !names[n] {
+			t.Errorf("no %s ceiling: %+v (error %q)", n, rep.Ceilings, rep.CeilingError)
+		}
+	}
+}
+
+// TestReadCUDA reads boxes through the CUDA engine and requires the same
+// bytes as the host engine.
+func TestReadCUDA(t *testing.T) {
+	cudatest.MustHaveGPU(t)
+	dir := t.TempDir()
+	makeStores(t, dir)
+	for _, c := range readCases(dir) {
+		if c.Dtype == "native" {
+			continue
+		}
+		mustRun(t, c.args()...)
+		want, err := os.ReadFile(c.NPY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.NPY += ".cuda.npy"
+		args := c.args()
+		args[len(args)-1] = "cuda"
+		mustRun(t, args...)
+		got, err := os.ReadFile(c.NPY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: the CUDA engine's .npy differs from the host engine's", c.Name)
+		}
 	}
 }

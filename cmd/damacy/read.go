@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -222,12 +221,22 @@ func readPipeline(ctx context.Context, e *env, r readRequest, dt pipeline.Dtype)
 	return nil
 }
 
-// batchHostBytes returns the batch's bytes in host memory.
+// batchHostBytes returns the batch's bytes in host memory: the batch
+// itself on the host engine, a copy from the device on the CUDA engine.
 func batchHostBytes(b *pipeline.Batch) ([]byte, error) {
 	if data := b.Bytes(); data != nil {
 		return data, nil
 	}
-	return nil, errors.New("the batch is in device memory and package pipeline has no Batch.CopyToHost yet")
+	info := b.Info()
+	n := info.Dtype.Size()
+	for _, d := range info.Shape {
+		n *= int(d)
+	}
+	data := make([]byte, n)
+	if err := b.CopyToHost(data); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 // nativeOrder is NumPy's byte-order character for this machine.
