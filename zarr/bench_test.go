@@ -24,36 +24,43 @@ func microscopyChunk(rng *rand.Rand) []byte {
 	return b
 }
 
+var benchChains = []struct {
+	name string
+	bb   []tcodec
+}{
+	{"zstd", []tcodec{zstdCodecT(false, false, false)}},
+	{"zstd-no-content-size", []tcodec{zstdCodecT(true, true, false)}},
+	{"lz4", []tcodec{lz4T}},
+	{"blosc-lz4-shuffle", []tcodec{bloscT("lz4", blosc.ByteShuffle, 2)}},
+	{"blosc-zstd-bitshuffle", []tcodec{bloscT("zstd", blosc.BitShuffle, 2)}},
+	{"gzip", []tcodec{gzipT}},
+	{"crc32c", []tcodec{crc32cT}},
+}
+
+// benchChunk encodes a 256 KiB microscopy-like chunk through bb.
+func benchChunk(b *testing.B, bb []tcodec) (c *Chunk, stored, data []byte) {
+	shape := []int64{32, 64, 64}
+	data = microscopyChunk(rand.New(rand.NewPCG(13, 13)))
+	ch := &tchain{bb: bb}
+	info, err := mustParseV3((&tarray{shape: shape, chunk: shape, dt: Uint16, chain: ch}).metadata())
+	if err != nil {
+		b.Fatal(err)
+	}
+	stored = ch.encode(b, data, shape, Uint16, info.fill)
+	return &Chunk{Key: "c/0/0/0", Length: int64(len(stored)), Codec: info.codec}, stored, data
+}
+
 // BenchmarkDecode measures single-core CPU decode speed of 256 KiB uint16
 // chunks; the MB/s column counts decoded bytes.
 func BenchmarkDecode(b *testing.B) {
-	shape := []int64{32, 64, 64}
-	data := microscopyChunk(rand.New(rand.NewPCG(13, 13)))
-	for _, bc := range []struct {
-		name string
-		bb   []tcodec
-	}{
-		{"zstd", []tcodec{zstdCodecT(false, false, false)}},
-		{"zstd-no-content-size", []tcodec{zstdCodecT(true, true, false)}},
-		{"lz4", []tcodec{lz4T}},
-		{"blosc-lz4-shuffle", []tcodec{bloscT("lz4", blosc.ByteShuffle, 2)}},
-		{"blosc-zstd-bitshuffle", []tcodec{bloscT("zstd", blosc.BitShuffle, 2)}},
-		{"gzip", []tcodec{gzipT}},
-		{"crc32c", []tcodec{crc32cT}},
-	} {
+	for _, bc := range benchChains {
 		b.Run(bc.name, func(b *testing.B) {
-			ch := &tchain{bb: bc.bb}
-			info, err := mustParseV3((&tarray{shape: shape, chunk: shape, dt: Uint16, chain: ch}).metadata())
-			if err != nil {
-				b.Fatal(err)
-			}
-			stored := ch.encode(b, data, shape, Uint16, info.fill)
+			c, stored, data := benchChunk(b, bc.bb)
 			d, err := NewDecoder(DecoderOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer d.Close()
-			c := &Chunk{Key: "c/0/0/0", Length: int64(len(stored)), Codec: info.codec}
 			dst := make([]byte, len(data))
 			b.SetBytes(int64(len(data)))
 			for b.Loop() {
@@ -62,6 +69,32 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(len(data))/float64(len(stored)), "ratio")
+		})
+	}
+}
+
+// BenchmarkDecodeParallel is BenchmarkDecode on every core, one Decoder
+// per goroutine, as a pipeline's CPU decode workers run.
+func BenchmarkDecodeParallel(b *testing.B) {
+	for _, bc := range benchChains {
+		b.Run(bc.name, func(b *testing.B) {
+			c, stored, data := benchChunk(b, bc.bb)
+			b.SetBytes(int64(len(data)))
+			b.RunParallel(func(pb *testing.PB) {
+				d, err := NewDecoder(DecoderOptions{})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer d.Close()
+				dst := make([]byte, len(data))
+				for pb.Next() {
+					if err := d.Decode(dst, c, stored); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
 		})
 	}
 }

@@ -174,7 +174,9 @@ func (c *ChunkCodec) Route() Route {
 	return r
 }
 
-// parseChain parses a codec list for chunks of the given shape.
+// parseChain parses a codec list for chunks of the given shape. Every codec
+// must be understood, whatever its must_understand says: skipping a codec
+// would return wrong data.
 func parseChain(specs []codecSpec, shape []int64, dt DataType, fill []byte) (*ChunkCodec, error) {
 	rank := len(shape)
 	c := &ChunkCodec{fill: fill}
