@@ -68,6 +68,7 @@ func copyBlock(dst []byte, dl Layout, dOrigin []int64, src []byte, sl Layout, sO
 // convert copies n elements of size bytes, ds and ss elements apart, from
 // src to dst, swapping bytes and normalising bools as asked.
 func convert(dst, src []byte, n, ds, ss, size int64, swap, isBool bool) {
+	le, be := binary.LittleEndian, binary.BigEndian
 	switch {
 	case isBool:
 		for j := int64(0); j < n; j++ {
@@ -77,21 +78,33 @@ func convert(dst, src []byte, n, ds, ss, size int64, swap, isBool bool) {
 			}
 			dst[j*ds] = v
 		}
-	case !swap:
+	case size == 1:
 		for j := int64(0); j < n; j++ {
-			copy(dst[j*ds*size:][:size], src[j*ss*size:][:size])
+			dst[j*ds] = src[j*ss]
+		}
+	case size == 2 && swap:
+		for j := int64(0); j < n; j++ {
+			le.PutUint16(dst[j*ds*2:], be.Uint16(src[j*ss*2:]))
 		}
 	case size == 2:
 		for j := int64(0); j < n; j++ {
-			binary.LittleEndian.PutUint16(dst[j*ds*2:], binary.BigEndian.Uint16(src[j*ss*2:]))
+			le.PutUint16(dst[j*ds*2:], le.Uint16(src[j*ss*2:]))
+		}
+	case size == 4 && swap:
+		for j := int64(0); j < n; j++ {
+			le.PutUint32(dst[j*ds*4:], bits.ReverseBytes32(le.Uint32(src[j*ss*4:])))
 		}
 	case size == 4:
 		for j := int64(0); j < n; j++ {
-			binary.LittleEndian.PutUint32(dst[j*ds*4:], bits.ReverseBytes32(binary.LittleEndian.Uint32(src[j*ss*4:])))
+			le.PutUint32(dst[j*ds*4:], le.Uint32(src[j*ss*4:]))
 		}
-	default: // 8
+	case swap:
 		for j := int64(0); j < n; j++ {
-			binary.LittleEndian.PutUint64(dst[j*ds*8:], bits.ReverseBytes64(binary.LittleEndian.Uint64(src[j*ss*8:])))
+			le.PutUint64(dst[j*ds*8:], bits.ReverseBytes64(le.Uint64(src[j*ss*8:])))
+		}
+	default:
+		for j := int64(0); j < n; j++ {
+			le.PutUint64(dst[j*ds*8:], le.Uint64(src[j*ss*8:]))
 		}
 	}
 }
