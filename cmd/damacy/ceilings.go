@@ -10,13 +10,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/damacy-go/damacy/cuda"
 	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
@@ -324,29 +322,44 @@ func measureCeilings(ctx context.Context, e *env, sc *Scenario, bs *boxSet, rep 
 	}
 	cs = append(cs, c)
 
-	// decode-only on the CPU.
+	// decode-only, on the CPU and (CUDA engine with nvCOMP) on the GPU.
+	// Both are scaled by the bytes the run decoded.
+	decoded := st.Decompress.OutBytes
+	if decoded == 0 {
+		for _, refs := range rp.batches {
+			for i := range refs {
+				decoded += int64(refs[i].decodedBytes())
+			}
+		}
+	}
 	t = time.Now()
-	c, err = decodeOnly(ctx, fset, rp)
-	tr.span(traceRowPhases, "ceiling", "decode-only (cpu)", t, time.Now(), nil)
+	ds, err := loadDecodeSample(ctx, fset, rp)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("decode-only: %w", err))
 	} else {
-		decoded := st.Decompress.OutBytes
-		if decoded == 0 {
-			for _, refs := range rp.batches {
-				for i := range refs {
-					decoded += int64(refs[i].decodedBytes())
-				}
+		c, err = decodeOnly(ctx, ds)
+		tr.span(traceRowPhases, "ceiling", "decode-only (cpu)", t, time.Now(), nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("decode-only: %w", err))
+		} else {
+			c.OutputGBps = c.GBps * out / float64(max(decoded, 1))
+			c.Limits = st.ChunksGPU == 0
+			if !c.Limits {
+				c.Note = fmt.Sprintf("%d of %d chunks decoded on the GPU", st.ChunksGPU, st.ChunksDecoded)
 			}
+			cs = append(cs, c)
 		}
-		if decoded > 0 {
-			c.OutputGBps = c.GBps * out / float64(decoded)
+	}
+	if gpu && ds != nil && st.ChunksGPU > 0 {
+		t = time.Now()
+		c, err := nvcompDecodeOnly(rep.Device, ds)
+		tr.span(traceRowPhases, "ceiling", "decode-only (nvcomp)", t, time.Now(), nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("decode-only (nvcomp): %w", err))
+		} else {
+			c.OutputGBps = c.GBps * out / float64(max(decoded, 1))
+			cs = append(cs, c)
 		}
-		c.Limits = st.ChunksGPU == 0
-		if !c.Limits {
-			c.Note = fmt.Sprintf("%d of %d chunks decoded on the GPU", st.ChunksGPU, st.ChunksDecoded)
-		}
-		cs = append(cs, c)
 	}
 
 	// assemble-only, on the CPU and (CUDA engine) on the GPU.
@@ -372,28 +385,48 @@ func measureCeilings(ctx context.Context, e *env, sc *Scenario, bs *boxSet, rep 
 	return cs, errors.Join(errs...)
 }
 
-// decodeOnly decodes the chunks of the first measured batches, up to
-// decodeSampleBytes of stored bytes, with one decoder per CPU, repeating
-// the pass until minCeilingTime has passed.
-func decodeOnly(ctx context.Context, fset *fileSet, rp *replanned) (ceiling, error) {
-	var refs []chunkRef
-	var stored int64
+// decodeSample is the stored chunks of the first measured batches, up to
+// decodeSampleBytes, loaded into memory for the decode-only ceilings.
+type decodeSample struct {
+	refs    []chunkRef
+	src     []byte  // the stored bytes, chunk after chunk
+	offs    []int64 // where chunk i starts in src
+	stored  int64
+	decoded int64
+}
+
+func loadDecodeSample(ctx context.Context, fset *fileSet, rp *replanned) (*decodeSample, error) {
+	ds := new(decodeSample)
 	for _, b := range rp.batches {
 		for _, r := range b {
-			refs = append(refs, r)
-			stored += r.chunk.Length
+			ds.refs = append(ds.refs, r)
+			ds.stored += r.chunk.Length
+			ds.decoded += int64(r.decodedBytes())
 		}
-		if stored >= decodeSampleBytes {
+		if ds.stored >= decodeSampleBytes {
 			break
 		}
 	}
-	if len(refs) == 0 {
-		return ceiling{}, errors.New("no stored chunks in the boxes")
+	if len(ds.refs) == 0 {
+		return nil, errors.New("no stored chunks in the boxes")
 	}
-	src, offs, err := loadChunks(ctx, fset, refs)
+	var err error
+	ds.src, ds.offs, err = loadChunks(ctx, fset, ds.refs)
 	if err != nil {
-		return ceiling{}, err
+		return nil, err
 	}
+	return ds, nil
+}
+
+// stored returns chunk i's stored bytes.
+func (ds *decodeSample) chunk(i int) []byte {
+	return ds.src[ds.offs[i] : ds.offs[i]+ds.refs[i].chunk.Length]
+}
+
+// decodeOnly decodes the sample with one decoder per CPU, repeating the
+// pass until minCeilingTime has passed.
+func decodeOnly(ctx context.Context, ds *decodeSample) (ceiling, error) {
+	refs := ds.refs
 	workers := runtime.GOMAXPROCS(0)
 	decs := make([]*zarr.Decoder, workers)
 	dsts := make([][]byte, workers)
@@ -404,10 +437,6 @@ func decodeOnly(ctx context.Context, fset *fileSet, rp *replanned) (ceiling, err
 			}
 		}
 	}()
-	var decoded int64
-	for i := range refs {
-		decoded += int64(refs[i].decodedBytes())
-	}
 	pass := func() error {
 		return parallelDo(ctx, len(refs), workers, func(w, i int) error {
 			if decs[w] == nil {
@@ -422,16 +451,16 @@ func decodeOnly(ctx context.Context, fset *fileSet, rp *replanned) (ceiling, err
 			if len(dsts[w]) < n {
 				dsts[w] = make([]byte, n)
 			}
-			return decs[w].Decode(dsts[w][:n], &r.chunk, src[offs[i]:offs[i]+r.chunk.Length])
+			return decs[w].Decode(dsts[w][:n], &r.chunk, ds.chunk(i))
 		})
 	}
 	el, reps, err := timeRepeated(pass)
 	if err != nil {
 		return ceiling{}, err
 	}
-	total := decoded * int64(reps)
+	total := ds.decoded * int64(reps)
 	return ceiling{
-		Name: "decode-only (cpu)", Of: "decoded", Detail: fmt.Sprintf("%d workers, %d chunks, %s stored", workers, len(refs), formatBytes(stored)),
+		Name: "decode-only (cpu)", Of: "decoded", Detail: fmt.Sprintf("%d workers, %d chunks, %s stored", workers, len(refs), formatBytes(ds.stored)),
 		Bytes: total, Time: el, GBps: float64(total) / el.Seconds() / 1e9,
 	}, nil
 }
@@ -650,198 +679,4 @@ func assembleOnlyCPU(ab *assembleBench) ceiling {
 		Name: "assemble-only (cpu)", Of: "output", Detail: fmt.Sprintf("%d workers, %d samples, %d ops", workers, l.Samples, len(ab.plan.Ops())),
 		Bytes: total, Time: el, GBps: g, OutputGBps: g,
 	}
-}
-
-// gpuLine names the GPU of device "cuda:N" and the driver's CUDA version.
-func gpuLine(device string) (gpu, driver string) {
-	n, _ := strconv.Atoi(strings.TrimPrefix(device, "cuda:"))
-	if dev, err := cuda.GetDevice(n); err == nil {
-		gpu, _ = dev.Name()
-	}
-	if v, err := cuda.DriverVersion(); err == nil {
-		driver = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
-	}
-	return gpu, driver
-}
-
-// gpuCeilings measures, on the run's GPU, pinned host-to-device copies at
-// the run's average copy size and the assemble kernel over ab.
-func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]ceiling, error) {
-	n, err := strconv.Atoi(strings.TrimPrefix(device, "cuda:"))
-	if err != nil {
-		return nil, fmt.Errorf("device %q: %w", device, err)
-	}
-	dev, err := cuda.GetDevice(n)
-	if err != nil {
-		return nil, err
-	}
-	ex, err := cuda.NewExecutor(dev)
-	if err != nil {
-		return nil, err
-	}
-	defer ex.Close()
-	var cs []ceiling
-	var errs []error
-	if st.H2D.Count > 0 && st.H2D.InBytes > 0 {
-		size := int(st.H2D.InBytes / st.H2D.Count)
-		var c ceiling
-		err := ex.Do(func() error {
-			var err error
-			c, err = h2dCeiling(size)
-			return err
-		})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("h2d: %w", err))
-		} else {
-			c.OutputGBps = c.GBps * float64(st.OutputBytes) / float64(st.H2D.InBytes)
-			cs = append(cs, c)
-		}
-	}
-	if ab != nil {
-		var c ceiling
-		err := ex.Do(func() error {
-			var err error
-			c, err = assembleOnlyGPU(ab)
-			return err
-		})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("assemble-only (gpu): %w", err))
-		} else {
-			cs = append(cs, c)
-		}
-	}
-	return cs, errors.Join(errs...)
-}
-
-// h2dCeiling times back-to-back pinned copies of size bytes on one stream
-// with events. It runs on an executor's thread.
-func h2dCeiling(size int) (c ceiling, err error) {
-	size = max(size, 1)
-	count := max(10, h2dMinBytes/size)
-	host, err := cuda.HostAlloc(size, 0)
-	if err != nil {
-		return c, err
-	}
-	defer host.Free()
-	devBuf, err := cuda.MemAlloc(size)
-	if err != nil {
-		return c, err
-	}
-	defer devBuf.Free()
-	s, err := cuda.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		return c, err
-	}
-	defer s.Destroy()
-	el, err := timeOnStream(s, count, func() error { return s.CopyHtoD(devBuf, host.Bytes()) })
-	if err != nil {
-		return c, err
-	}
-	total := int64(size) * int64(count)
-	return ceiling{
-		Name: "h2d (pinned)", Of: "copied", Detail: fmt.Sprintf("%d copies of %s", count, formatBytes(int64(size))),
-		Bytes: total, Time: el, GBps: float64(total) / el.Seconds() / 1e9, Limits: true,
-	}, nil
-}
-
-// timeOnStream runs one untimed call of f, then count timed ones between
-// two events on s, and returns the GPU time of the timed ones.
-func timeOnStream(s cuda.Stream, count int, f func() error) (time.Duration, error) {
-	start, err := cuda.NewEvent(cuda.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer start.Destroy()
-	end, err := cuda.NewEvent(cuda.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer end.Destroy()
-	if err := f(); err != nil {
-		return 0, err
-	}
-	if err := start.Record(s); err != nil {
-		return 0, err
-	}
-	for range count {
-		if err := f(); err != nil {
-			return 0, err
-		}
-	}
-	if err := end.Record(s); err != nil {
-		return 0, err
-	}
-	if err := end.Synchronize(); err != nil {
-		return 0, err
-	}
-	return cuda.EventElapsedTime(start, end)
-}
-
-// assembleOnlyGPU times the assemble kernel over ab's batch. It runs on an
-// executor's thread.
-func assembleOnlyGPU(ab *assembleBench) (c ceiling, err error) {
-	k, err := ptx.Load()
-	if err != nil {
-		return c, err
-	}
-	defer k.Unload()
-	l := ab.plan.Layout()
-	opBytes := ptx.OpBytes(ab.plan.Ops())
-	blockOps := ab.plan.BlockOps()
-	blockBytes := make([]byte, 4*len(blockOps))
-	for i, v := range blockOps {
-		binary.NativeEndian.PutUint32(blockBytes[4*i:], v)
-	}
-	var bufs []*cuda.DevicePtr
-	defer func() {
-		for _, p := range bufs {
-			p.Free()
-		}
-	}()
-	upload := func(b []byte) (cuda.DevicePtr, error) {
-		p, err := cuda.MemAlloc(max(len(b), 1))
-		if err != nil {
-			return 0, err
-		}
-		bufs = append(bufs, &p)
-		if len(b) > 0 {
-			err = cuda.CopyHtoD(p, b)
-		}
-		return p, err
-	}
-	arena, err := upload(ab.arena)
-	if err != nil {
-		return c, err
-	}
-	ops, err := upload(opBytes)
-	if err != nil {
-		return c, err
-	}
-	blocks, err := upload(blockBytes)
-	if err != nil {
-		return c, err
-	}
-	out, err := cuda.MemAlloc(int(l.Bytes()))
-	if err != nil {
-		return c, err
-	}
-	bufs = append(bufs, &out)
-	s, err := cuda.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		return c, err
-	}
-	defer s.Destroy()
-	const count = 20
-	el, err := timeOnStream(s, count, func() error {
-		return k.Assemble(s, ab.plan, ops, blocks, arena, int64(len(ab.arena)), out)
-	})
-	if err != nil {
-		return c, err
-	}
-	total := l.Bytes() * count
-	g := float64(total) / el.Seconds() / 1e9
-	return ceiling{
-		Name: "assemble-only (gpu)", Of: "output", Detail: fmt.Sprintf("%d samples, %d ops, %d launches", l.Samples, len(ab.plan.Ops()), count),
-		Bytes: total, Time: el, GBps: g, OutputGBps: g, Limits: true,
-	}, nil
 }

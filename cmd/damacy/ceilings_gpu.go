@@ -1,0 +1,387 @@
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/damacy-go/damacy/cuda"
+	"github.com/damacy-go/damacy/nvcomp"
+	"github.com/damacy-go/damacy/pipeline"
+	"github.com/damacy-go/damacy/ptx"
+	"github.com/damacy-go/damacy/zarr"
+)
+
+// gpuLine names the GPU of device "cuda:N" and the driver's CUDA version.
+func gpuLine(device string) (gpu, driver string) {
+	n, _ := strconv.Atoi(strings.TrimPrefix(device, "cuda:"))
+	if dev, err := cuda.GetDevice(n); err == nil {
+		gpu, _ = dev.Name()
+	}
+	if v, err := cuda.DriverVersion(); err == nil {
+		driver = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
+	}
+	return gpu, driver
+}
+
+// gpuCeilings measures, on the run's GPU, pinned host-to-device copies at
+// the run's average copy size and the assemble kernel over ab.
+func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]ceiling, error) {
+	ex, err := gpuExecutor(device)
+	if err != nil {
+		return nil, err
+	}
+	defer ex.Close()
+	var cs []ceiling
+	var errs []error
+	if st.H2D.Count > 0 && st.H2D.InBytes > 0 {
+		size := int(st.H2D.InBytes / st.H2D.Count)
+		var c ceiling
+		err := ex.Do(func() error {
+			var err error
+			c, err = h2dCeiling(size)
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("h2d: %w", err))
+		} else {
+			c.OutputGBps = c.GBps * float64(st.OutputBytes) / float64(st.H2D.InBytes)
+			cs = append(cs, c)
+		}
+	}
+	if ab != nil {
+		var c ceiling
+		err := ex.Do(func() error {
+			var err error
+			c, err = assembleOnlyGPU(ab)
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("assemble-only (gpu): %w", err))
+		} else {
+			cs = append(cs, c)
+		}
+	}
+	return cs, errors.Join(errs...)
+}
+
+// h2dCeiling times back-to-back pinned copies of size bytes on one stream
+// with events. It runs on an executor's thread.
+func h2dCeiling(size int) (c ceiling, err error) {
+	size = max(size, 1)
+	count := max(10, h2dMinBytes/size)
+	host, err := cuda.HostAlloc(size, 0)
+	if err != nil {
+		return c, err
+	}
+	defer host.Free()
+	devBuf, err := cuda.MemAlloc(size)
+	if err != nil {
+		return c, err
+	}
+	defer devBuf.Free()
+	s, err := cuda.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		return c, err
+	}
+	defer s.Destroy()
+	el, err := timeOnStream(s, count, func() error { return s.CopyHtoD(devBuf, host.Bytes()) })
+	if err != nil {
+		return c, err
+	}
+	total := int64(size) * int64(count)
+	return ceiling{
+		Name: "h2d (pinned)", Of: "copied", Detail: fmt.Sprintf("%d copies of %s", count, formatBytes(int64(size))),
+		Bytes: total, Time: el, GBps: float64(total) / el.Seconds() / 1e9, Limits: true,
+	}, nil
+}
+
+// timeOnStream runs one untimed call of f, then count timed ones between
+// two events on s, and returns the GPU time of the timed ones.
+func timeOnStream(s cuda.Stream, count int, f func() error) (time.Duration, error) {
+	start, err := cuda.NewEvent(cuda.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer start.Destroy()
+	end, err := cuda.NewEvent(cuda.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer end.Destroy()
+	if err := f(); err != nil {
+		return 0, err
+	}
+	if err := start.Record(s); err != nil {
+		return 0, err
+	}
+	for range count {
+		if err := f(); err != nil {
+			return 0, err
+		}
+	}
+	if err := end.Record(s); err != nil {
+		return 0, err
+	}
+	if err := end.Synchronize(); err != nil {
+		return 0, err
+	}
+	return cuda.EventElapsedTime(start, end)
+}
+
+// assembleOnlyGPU times the assemble kernel over ab's batch. It runs on an
+// executor's thread.
+func assembleOnlyGPU(ab *assembleBench) (c ceiling, err error) {
+	k, err := ptx.Load()
+	if err != nil {
+		return c, err
+	}
+	defer k.Unload()
+	l := ab.plan.Layout()
+	opBytes := ptx.OpBytes(ab.plan.Ops())
+	blockOps := ab.plan.BlockOps()
+	blockBytes := make([]byte, 4*len(blockOps))
+	for i, v := range blockOps {
+		binary.NativeEndian.PutUint32(blockBytes[4*i:], v)
+	}
+	var bufs []*cuda.DevicePtr
+	defer func() {
+		for _, p := range bufs {
+			p.Free()
+		}
+	}()
+	upload := func(b []byte) (cuda.DevicePtr, error) {
+		p, err := cuda.MemAlloc(max(len(b), 1))
+		if err != nil {
+			return 0, err
+		}
+		bufs = append(bufs, &p)
+		if len(b) > 0 {
+			err = cuda.CopyHtoD(p, b)
+		}
+		return p, err
+	}
+	arena, err := upload(ab.arena)
+	if err != nil {
+		return c, err
+	}
+	ops, err := upload(opBytes)
+	if err != nil {
+		return c, err
+	}
+	blocks, err := upload(blockBytes)
+	if err != nil {
+		return c, err
+	}
+	out, err := cuda.MemAlloc(int(l.Bytes()))
+	if err != nil {
+		return c, err
+	}
+	bufs = append(bufs, &out)
+	s, err := cuda.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		return c, err
+	}
+	defer s.Destroy()
+	const count = 20
+	el, err := timeOnStream(s, count, func() error {
+		return k.Assemble(s, ab.plan, ops, blocks, arena, int64(len(ab.arena)), out)
+	})
+	if err != nil {
+		return c, err
+	}
+	total := l.Bytes() * count
+	g := float64(total) / el.Seconds() / 1e9
+	return ceiling{
+		Name: "assemble-only (gpu)", Of: "output", Detail: fmt.Sprintf("%d samples, %d ops, %d launches", l.Samples, len(ab.plan.Ops()), count),
+		Bytes: total, Time: el, GBps: g, OutputGBps: g, Limits: true,
+	}, nil
+}
+
+// nvcompMaxBytes bounds the decoded bytes of the one batched call that
+// decode-only (nvcomp) times; nvCOMP's zstd temp space is about three
+// times this.
+const nvcompMaxBytes = 256 << 20
+
+// nvcompDecodeOnly times nvCOMP's batched zstd over the sample's chunks
+// that it may decode (simple zstd chunks that nvcomp.ZstdGPUCompatible
+// accepts), in one batched call repeated on one stream, and checks every
+// chunk's status and size once.
+func nvcompDecodeOnly(device string, ds *decodeSample) (ceiling, error) {
+	lib, err := nvcomp.Load()
+	if err != nil {
+		return ceiling{}, err
+	}
+	var payloads [][]byte
+	var sizes []int
+	total := 0
+	for i := range ds.refs {
+		r := &ds.refs[i]
+		rt := r.chunk.Codec.Route()
+		if !rt.Simple || rt.Compression != zarr.CompressionZstd {
+			continue
+		}
+		p, err := r.chunk.Payload(ds.chunk(i))
+		if err != nil {
+			return ceiling{}, err
+		}
+		n := r.decodedBytes()
+		if !nvcomp.ZstdGPUCompatible(p, n) || total+n > nvcompMaxBytes {
+			continue
+		}
+		payloads, sizes = append(payloads, p), append(sizes, n)
+		total += n
+	}
+	if len(payloads) == 0 {
+		return ceiling{}, errors.New("no chunk of the sample is zstd that nvCOMP decodes")
+	}
+	ex, err := gpuExecutor(device)
+	if err != nil {
+		return ceiling{}, err
+	}
+	defer ex.Close()
+	var c ceiling
+	err = ex.Do(func() error {
+		var err error
+		c, err = nvcompTime(lib, payloads, sizes, total)
+		return err
+	})
+	return c, err
+}
+
+// gpuExecutor starts an executor on device "cuda:N".
+func gpuExecutor(device string) (*cuda.Executor, error) {
+	n, err := strconv.Atoi(strings.TrimPrefix(device, "cuda:"))
+	if err != nil {
+		return nil, fmt.Errorf("device %q: %w", device, err)
+	}
+	dev, err := cuda.GetDevice(n)
+	if err != nil {
+		return nil, err
+	}
+	return cuda.NewExecutor(dev)
+}
+
+// nvcompTime lays the payloads out in device memory, decodes them once and
+// checks the statuses, then times repeated decodes. It runs on an
+// executor's thread.
+func nvcompTime(lib *nvcomp.Library, payloads [][]byte, sizes []int, total int) (c ceiling, err error) {
+	maxChunk := 0
+	for _, n := range sizes {
+		maxChunk = max(maxChunk, n)
+	}
+	dec, err := lib.NewDecoder(nvcomp.DecoderConfig{Algorithm: nvcomp.Zstd, MaxChunks: len(payloads), MaxChunkBytes: maxChunk, MaxTotalBytes: total})
+	if err != nil {
+		return c, err
+	}
+	defer dec.Close()
+	al := dec.Alignment()
+	// Host images of the compressed data and of the outputs' layout.
+	inOff := make([]int64, len(payloads))
+	outOff := make([]int64, len(payloads))
+	var inLen, outLen int64
+	for i, p := range payloads {
+		inOff[i] = alignUp(inLen, int64(max(al.Input, 16)))
+		inLen = inOff[i] + int64(len(p))
+		outOff[i] = alignUp(outLen, int64(max(al.Output, 16)))
+		outLen = outOff[i] + int64(sizes[i])
+	}
+	in := make([]byte, inLen)
+	for i, p := range payloads {
+		copy(in[inOff[i]:], p)
+	}
+	var bufs []*cuda.DevicePtr
+	defer func() {
+		for _, p := range bufs {
+			p.Free()
+		}
+	}()
+	alloc := func(n int) (cuda.DevicePtr, error) {
+		p, err := cuda.MemAlloc(max(n, 1))
+		if err == nil {
+			bufs = append(bufs, &p)
+		}
+		return p, err
+	}
+	dIn, err := alloc(len(in))
+	if err != nil {
+		return c, err
+	}
+	dOut, err := alloc(int(outLen))
+	if err != nil {
+		return c, err
+	}
+	n := len(payloads)
+	words := func(f func(i int) uint64) []byte {
+		b := make([]byte, 8*n)
+		for i := range n {
+			binary.NativeEndian.PutUint64(b[8*i:], f(i))
+		}
+		return b
+	}
+	arrays := [][]byte{
+		words(func(i int) uint64 { return uint64(dIn) + uint64(inOff[i]) }),
+		words(func(i int) uint64 { return uint64(len(payloads[i])) }),
+		words(func(i int) uint64 { return uint64(dOut) + uint64(outOff[i]) }),
+		words(func(i int) uint64 { return uint64(sizes[i]) }),
+	}
+	var dArr [4]cuda.DevicePtr
+	for k, a := range arrays {
+		if dArr[k], err = alloc(len(a)); err != nil {
+			return c, err
+		}
+		if err := cuda.CopyHtoD(dArr[k], a); err != nil {
+			return c, err
+		}
+	}
+	if err := cuda.CopyHtoD(dIn, in); err != nil {
+		return c, err
+	}
+	dSizes, err := alloc(8 * n)
+	if err != nil {
+		return c, err
+	}
+	dStatus, err := alloc(4 * n)
+	if err != nil {
+		return c, err
+	}
+	b := &nvcomp.Batch{
+		N: n, CompressedPtrs: dArr[0], CompressedBytes: dArr[1], OutputPtrs: dArr[2], OutputCapacities: dArr[3],
+		TotalCapacity: total, OutputSizes: dSizes, Statuses: dStatus,
+	}
+	s, err := cuda.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		return c, err
+	}
+	defer s.Destroy()
+	const count = 10
+	el, err := timeOnStream(s, count, func() error { return dec.Decode(s, b) })
+	if err != nil {
+		return c, err
+	}
+	// Every chunk must have decoded to its size (the last decode's
+	// statuses; all decodes are of the same data).
+	st := make([]byte, 4*n)
+	sz := make([]byte, 8*n)
+	if err := cuda.CopyDtoH(st, dStatus); err != nil {
+		return c, err
+	}
+	if err := cuda.CopyDtoH(sz, dSizes); err != nil {
+		return c, err
+	}
+	for i := range n {
+		status := nvcomp.Status(int32(binary.NativeEndian.Uint32(st[4*i:])))
+		if err := nvcomp.CheckChunk(i, status, binary.NativeEndian.Uint64(sz[8*i:]), sizes[i]); err != nil {
+			return c, err
+		}
+	}
+	bytes := int64(total) * count
+	return ceiling{
+		Name: "decode-only (nvcomp)", Of: "decoded",
+		Detail: fmt.Sprintf("%s, zstd, %d chunks in one batched call, %d calls", lib.Version, n, count),
+		Bytes:  bytes, Time: el, GBps: float64(bytes) / el.Seconds() / 1e9, Limits: true,
+	}, nil
+}
