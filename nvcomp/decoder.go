@@ -2,6 +2,7 @@ package nvcomp
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/damacy-go/damacy/cuda"
@@ -54,6 +55,14 @@ type decompressArgs struct {
 	inPtrs, inBytes, outCapacities, outSizes, n, temp, tempBytes, outPtrs, statuses, stream uintptr
 }
 
+// MaxZstdBatchBytes is the largest MaxTotalBytes that NewDecoder accepts
+// for zstd. With nvCOMP 5.3 and 6.0 on an H200, batches of 4096 valid
+// chunks of 256 KiB and of 1 MiB (1 and 4 GiB of output) made the
+// decompression kernel fault with an illegal address, depending on the
+// data, although the temp space was sized by nvCOMP's own query; every
+// batch of up to 512 MiB decoded correctly. Larger waves must be split.
+const MaxZstdBatchBytes = 512 << 20
+
 // NewDecoder returns a Decoder for cfg. It queries the temp size and
 // the alignment requirements once and allocates the temp space with
 // cuMemAlloc in the current context; Close frees it.
@@ -61,15 +70,25 @@ func (l *Library) NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	if l == nil {
 		return nil, errNoLibrary
 	}
-	c, err := l.codec(cfg.Algorithm)
-	if err != nil {
-		return nil, err
-	}
 	if cfg.MaxTotalBytes == 0 && cfg.MaxChunks > 0 && cfg.MaxChunkBytes > 0 {
-		if cfg.MaxChunkBytes > int(^uint(0)>>1)/cfg.MaxChunks {
+		if cfg.MaxChunkBytes > math.MaxInt/cfg.MaxChunks {
 			return nil, fmt.Errorf("nvcomp: %s: %d chunks of %d bytes overflow int", cfg.Algorithm, cfg.MaxChunks, cfg.MaxChunkBytes)
 		}
 		cfg.MaxTotalBytes = cfg.MaxChunks * cfg.MaxChunkBytes
+	}
+	if cfg.Algorithm == Zstd && cfg.MaxTotalBytes > MaxZstdBatchBytes {
+		return nil, fmt.Errorf("nvcomp: zstd: max total bytes %d (%d chunks of %d bytes) over the %d that nvCOMP decodes reliably; split the batch",
+			cfg.MaxTotalBytes, cfg.MaxChunks, cfg.MaxChunkBytes, MaxZstdBatchBytes)
+	}
+	return l.newDecoder(cfg)
+}
+
+// newDecoder is NewDecoder without the zstd batch limit, for the tests
+// that probe it.
+func (l *Library) newDecoder(cfg DecoderConfig) (*Decoder, error) {
+	c, err := l.codec(cfg.Algorithm)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkGeometry(cfg.Algorithm, cfg.MaxChunks, cfg.MaxChunkBytes, cfg.MaxTotalBytes); err != nil {
 		return nil, err

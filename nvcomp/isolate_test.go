@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Some inputs make nvCOMP fault (an illegal address poisons the CUDA
@@ -30,10 +31,12 @@ type childJob struct {
 	Chunks   [][]byte
 	Want     [][]byte // the correct output of each chunk, nil where there is none
 	Capacity []int
-	N        int // chunks in the batch, at least len(Chunks)
-	Guard    int // bytes after each output buffer checked for stray writes
-	Pack     int // alignment of the compressed chunks (see layout)
-	Repeat   int // Decode calls before the stream is synchronised (see layout)
+	N        int           // chunks in the batch, at least len(Chunks)
+	Guard    int           // bytes after each output buffer checked for stray writes
+	Pack     int           // alignment of the compressed chunks (see layout)
+	Repeat   int           // Decode calls before the stream is synchronised (see layout)
+	NoLimit  bool          // bypass MaxZstdBatchBytes, to probe it
+	Timeout  time.Duration // the child's watchdog (see layout)
 }
 
 // childResult is what the child reports, per chunk of the batch.
@@ -51,6 +54,7 @@ type outcome struct {
 	size             uint64
 	correct, overrun bool
 	fault            string // the CUDA error when the chunk alone made the batch fail
+	notRun           bool   // the time budget ran out before the chunk's turn
 }
 
 func (o outcome) String() string {
@@ -90,8 +94,20 @@ func TestGPUChild(t *testing.T) {
 		total += job.Capacity[k]
 	}
 	res := childResult{}
-	dec := newDecoder(t, lib, e, DecoderConfig{Algorithm: job.Alg, MaxChunks: job.N, MaxChunkBytes: maxCap, MaxTotalBytes: total})
-	if err := decodeBatch(e, dec.Decode, "child", chunks, layout{guard: job.Guard, pack: job.Pack, repeat: job.Repeat}); err != nil {
+	cfg := DecoderConfig{Algorithm: job.Alg, MaxChunks: job.N, MaxChunkBytes: maxCap, MaxTotalBytes: total}
+	var dec *Decoder
+	if err := e.Do(func() (err error) {
+		if job.NoLimit {
+			dec, err = lib.newDecoder(cfg)
+		} else {
+			dec, err = lib.NewDecoder(cfg)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("NewDecoder(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() { e.Do(dec.Close) })
+	if err := decodeBatch(e, dec.Decode, "child", chunks, layout{guard: job.Guard, pack: job.Pack, repeat: job.Repeat, timeout: job.Timeout}); err != nil {
 		res.Err = err.Error()
 	} else {
 		for i, c := range chunks {
@@ -134,7 +150,11 @@ func runChild(t testing.TB, job childJob) childResult {
 	f.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestGPUChild$", "-test.count=1", "-test.timeout=3m")
 	cmd.Env = append(os.Environ(), childEnv+"="+path)
+	start := time.Now()
 	out, runErr := cmd.CombinedOutput()
+	defer func() {
+		t.Logf("child: %d chunks (%d distinct) in %v", job.N, len(job.Chunks), time.Since(start).Round(time.Millisecond))
+	}()
 	var res childResult
 	rf, err := os.Open(path + ".out")
 	if err == nil {
@@ -173,6 +193,27 @@ func isolate(t testing.TB, job childJob) []outcome {
 		return j
 	}
 	return append(isolate(t, half(0, h)), isolate(t, half(h, len(job.Chunks)))...)
+}
+
+// isolateGroups runs isolate on groups of at most size chunks, until the
+// deadline passes; the chunks of the groups not started by then are
+// reported as not run.
+func isolateGroups(t testing.TB, job childJob, size int, deadline time.Time) []outcome {
+	t.Helper()
+	var out []outcome
+	for lo := 0; lo < len(job.Chunks); lo += size {
+		hi := min(lo+size, len(job.Chunks))
+		if time.Now().After(deadline) {
+			for range hi - lo {
+				out = append(out, outcome{notRun: true})
+			}
+			continue
+		}
+		j := job
+		j.Names, j.Chunks, j.Want, j.Capacity = job.Names[lo:hi], job.Chunks[lo:hi], job.Want[lo:hi], job.Capacity[lo:hi]
+		out = append(out, isolate(t, j)...)
+	}
+	return out
 }
 
 // isolateEach decodes every chunk of job in a child process of its own.
