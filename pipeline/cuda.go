@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/damacy-go/damacy/cuda"
@@ -55,21 +56,23 @@ type cudaEngine struct {
 	metaRes   int64 // staging bytes reserved per wave for the block table
 	committed int64
 	sticky    atomic.Pointer[Error] // a CUDA error: every later batch fails with it
+	split     decodeSplit           // how much of nvCOMP's work the CPU takes
 }
 
 // waveBuf is one device wave buffer: staging (a copy of the slab) then the
 // arena nvCOMP decodes into, both addressed from base by the assemble ops.
 type waveBuf struct {
-	base    cuda.DevicePtr
-	arena   int64 // offset of the arena from base
-	size    int64
-	summary cuda.DevicePtr   // ptx.StatusSummary on the device
-	sumHost *cuda.HostBuffer // and its pinned host copy
-	start   cuda.Event       // timing events: before the H2D copy,
-	h2d     cuda.Event       // after it,
-	dec     cuda.Event       // after decoding,
-	done    cuda.Event       // after assembly
-	plan    *ptx.Plan        // the assemble plan of the wave using the buffer
+	base     cuda.DevicePtr
+	arena    int64 // offset of the arena from base
+	size     int64
+	summary  cuda.DevicePtr   // ptx.StatusSummary on the device
+	sumHost  *cuda.HostBuffer // and its pinned host copy
+	start    cuda.Event       // timing events: before the H2D copy,
+	h2d      cuda.Event       // after it,
+	decStart cuda.Event       // when the decode stream reaches the wave,
+	dec      cuda.Event       // after decoding,
+	done     cuda.Event       // after assembly
+	plan     *ptx.Plan        // the assemble plan of the wave using the buffer
 }
 
 // cudaWave is a wave on its way through the CUDA engine.
@@ -202,7 +205,7 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 			if b.sumHost, err = cuda.HostAlloc(ptx.StatusSummarySize, 0); err != nil {
 				return err
 			}
-			for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.dec, &b.done} {
+			for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.done} {
 				if *ev, err = cuda.NewEvent(cuda.EventDefault); err != nil {
 					return err
 				}
@@ -317,20 +320,36 @@ func (e *cudaEngine) route(j *job) {
 
 func (e *cudaEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- *result) {
 	planned := make(chan *wave, 4)
-	prepared := make(chan *cudaWave, cudaSlabs-1)
+	loaded := make(chan *cudaWave, 1)
+	prepared := make(chan *cudaWave, 1)
 	submitted := make(chan *cudaWave, cudaWaveBufs)
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		e.plan(ctx, reqs, planned, e.route)
 	}()
-	go func() {
+	go func() { // read: preads into a pinned slab
 		defer wg.Done()
-		defer close(prepared)
+		defer close(loaded)
 		for w := range planned {
 			cw := &cudaWave{wave: w}
 			if w.batch.failed() == nil && e.sticky.Load() == nil {
+				e.load(ctx, cw)
+			}
+			select {
+			case loaded <- cw:
+			case <-ctx.Done():
+				e.recycle(cw)
+				return
+			}
+		}
+	}()
+	go func() { // route, CPU-decode, lay out the H2D copy
+		defer wg.Done()
+		defer close(prepared)
+		for cw := range loaded {
+			if cw.err == nil && cw.batch.failed() == nil && e.sticky.Load() == nil {
 				e.prepare(ctx, cw)
 			}
 			select {
@@ -383,22 +402,26 @@ func (e *cudaEngine) recycle(cw *cudaWave) {
 	}
 }
 
-// prepare reads a wave into a pinned slab and lays out everything its H2D
-// copy carries. Errors are the batch's (cw.err).
-func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
-	w := cw.wave
-	fail := func(err error) { cw.err = err }
+// load reads a wave into a pinned slab. Errors are the batch's (cw.err).
+func (e *cudaEngine) load(ctx context.Context, cw *cudaWave) {
 	select {
 	case cw.slab = <-e.slabs:
 	case <-ctx.Done():
-		fail(ctx.Err())
+		cw.err = ctx.Err()
 		return
 	}
+	if err := e.read(ctx, cw.wave, cw.slab.Bytes()); err != nil {
+		cw.err = err
+	}
+}
+
+// prepare routes a loaded wave's chunks, decodes those the CPU takes, and
+// lays out everything its H2D copy carries. Errors are the batch's
+// (cw.err).
+func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
+	w := cw.wave
+	fail := func(err error) { cw.err = err }
 	slab := cw.slab.Bytes()
-	if err := e.read(ctx, w, slab); err != nil {
-		fail(err)
-		return
-	}
 	select {
 	case cw.buf = <-e.bufFree:
 	case <-ctx.Done():
@@ -415,6 +438,8 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	// take go to the CPU.
 	var cpu []*job
 	cpuSet := map[*job]bool{}
+	frac := e.split.fraction()
+	cpuShare := 0.0
 	where := map[*job]int64{} // decoded bytes' offset from the wave buffer's base
 	var zstdJobs, lz4Jobs []*job
 	for _, ji := range w.jobs {
@@ -432,6 +457,16 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		}
 		poff := j.slabOff + int64(payloadOffset(stored, payload))
 		n := j.layout.Bytes()
+		if j.gpu && cpuShare >= float64(n) {
+			// The CPU's share of the chunks nvCOMP could take (hybrid
+			// decode: see split).
+			cpuShare -= float64(n)
+			cpu = append(cpu, j)
+			continue
+		}
+		if j.gpu {
+			cpuShare += frac * float64(n)
+		}
 		switch {
 		case r.Compression == zarr.CompressionNone && len(payload) == n && poff%int64(j.src.dtype.Size()) == 0:
 			where[j] = poff
@@ -452,6 +487,7 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		cpuSet[j] = true
 		end += align(int64(j.layout.Bytes()))
 	}
+	t := time.Now()
 	if err := e.decodeCPU(ctx, w, slab, func(j *job) bool { return cpuSet[j] }, func(j *job) []byte {
 		off := where[j]
 		n := int64(j.layout.Bytes())
@@ -460,6 +496,11 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		fail(err)
 		return
 	}
+	var cpuBytes int64
+	for _, j := range cpu {
+		cpuBytes += int64(j.layout.Bytes())
+	}
+	e.split.cpuDone(cpuBytes, time.Since(t))
 	// nvCOMP's argument arrays: ptrs, sizes, out ptrs, capacities, actual
 	// sizes, expected sizes (8 bytes each), then statuses.
 	cw.gpu = append(zstdJobs, lz4Jobs...)
@@ -545,6 +586,9 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 			return err
 		}
 		if err := e.decodeS.WaitEvent(b.h2d); err != nil {
+			return err
+		}
+		if err := b.decStart.Record(e.decodeS); err != nil {
 			return err
 		}
 		if n > 0 {
@@ -682,7 +726,7 @@ func (e *cudaEngine) finish(cw *cudaWave) {
 		return
 	}
 	h2d, _ := cuda.EventElapsedTime(b.start, b.h2d)
-	dec, _ := cuda.EventElapsedTime(b.h2d, b.dec)
+	dec, _ := cuda.EventElapsedTime(b.decStart, b.dec)
 	asm, _ := cuda.EventElapsedTime(b.dec, b.done)
 	var in, outB int64
 	for _, j := range cw.gpu {
@@ -697,6 +741,7 @@ func (e *cudaEngine) finish(cw *cudaWave) {
 		}
 		elems += n
 	}
+	e.split.gpuDone(outB, dec)
 	e.stats.update(func(s *Stats) {
 		s.H2D.add(h2d, cw.used, cw.used)
 		if len(cw.gpu) > 0 {
@@ -750,7 +795,7 @@ func (e *cudaEngine) close() error {
 				if b.sumHost != nil {
 					errs = append(errs, b.sumHost.Free())
 				}
-				for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.dec, &b.done} {
+				for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.done} {
 					errs = append(errs, ev.Destroy())
 				}
 			}
