@@ -157,30 +157,34 @@ func unshuffle8(dst, src []byte, n int) {
 		for k := range r {
 			r[k] = binary.LittleEndian.Uint64(src[k*n+i:])
 		}
-		w := transposeBytes8(&r)
+		transposeBytes8(&r)
 		d := dst[8*i : 8*i+64]
-		for k, x := range w {
+		for k, x := range r {
 			binary.LittleEndian.PutUint64(d[8*k:], x)
 		}
 	}
 	unshuffleAny(dst, src, n, 8, i)
 }
 
-// transposeBytes8 returns the words w with byte k of w[i] = byte i of r[k].
-func transposeBytes8(r *[8]uint64) (w [8]uint64) {
-	a0, a1 := zip8lo(r[0], r[1]), zip8hi(r[0], r[1]) // 16-bit lane i: bytes i of r0, r1
-	b0, b1 := zip8lo(r[2], r[3]), zip8hi(r[2], r[3])
-	c0, c1 := zip8lo(r[4], r[5]), zip8hi(r[4], r[5])
-	d0, d1 := zip8lo(r[6], r[7]), zip8hi(r[6], r[7])
-	e0, e1 := zip16(a0, b0) // 32-bit lane i: bytes i of r0..r3, i = 0..3
-	e2, e3 := zip16(a1, b1) // i = 4..7
-	f0, f1 := zip16(c0, d0) // bytes i of r4..r7
-	f2, f3 := zip16(c1, d1)
-	w[0], w[1] = zip32(e0, f0)
-	w[2], w[3] = zip32(e1, f1)
-	w[4], w[5] = zip32(e2, f2)
-	w[6], w[7] = zip32(e3, f3)
-	return w
+// transposeBytes8 transposes the 8x8 byte matrix whose row k is r[k]
+// (byte i its column i): afterwards byte k of r[i] is what byte i of r[k]
+// was. Like transposeBitLanes, it swaps off-diagonal blocks of halving size.
+func transposeBytes8(r *[8]uint64) {
+	for k := range 4 {
+		t := (r[k]>>32 ^ r[k+4]) & 0x00000000ffffffff
+		r[k+4] ^= t
+		r[k] ^= t << 32
+	}
+	for _, k := range [4]int{0, 1, 4, 5} {
+		t := (r[k]>>16 ^ r[k+2]) & 0x0000ffff0000ffff
+		r[k+2] ^= t
+		r[k] ^= t << 16
+	}
+	for k := 0; k < 8; k += 2 {
+		t := (r[k]>>8 ^ r[k+1]) & 0x00ff00ff00ff00ff
+		r[k+1] ^= t
+		r[k] ^= t << 8
+	}
 }
 
 // shuffleBlock byte-shuffles one block; len(dst) == len(src).
@@ -193,6 +197,28 @@ func shuffleBlock(dst, src []byte, ts int) {
 		}
 	}
 	copy(dst[n*ts:len(src)], src[n*ts:])
+}
+
+// transposeBitLanes transposes, in each of the 8 byte lanes at once, the
+// 8x8 bit matrix whose row k is that lane's byte of r[k]: bit j of lane g
+// of r[k] moves to bit k of lane g of r[j]. It swaps the off-diagonal
+// quadrants, then the off-diagonal 2x2 blocks, then single bits.
+func transposeBitLanes(r *[8]uint64) {
+	for k := range 4 {
+		t := (r[k]>>4 ^ r[k+4]) & 0x0f0f0f0f0f0f0f0f
+		r[k+4] ^= t
+		r[k] ^= t << 4
+	}
+	for _, k := range [4]int{0, 1, 4, 5} {
+		t := (r[k]>>2 ^ r[k+2]) & 0x3333333333333333
+		r[k+2] ^= t
+		r[k] ^= t << 2
+	}
+	for k := 0; k < 8; k += 2 {
+		t := (r[k]>>1 ^ r[k+1]) & 0x5555555555555555
+		r[k+1] ^= t
+		r[k] ^= t << 1
+	}
 }
 
 // transposeBits8 transposes the 8x8 bit matrix whose row k is byte k of x
@@ -209,8 +235,9 @@ func transposeBits8(x uint64) uint64 {
 // bitUnshuffleBlock bit-unshuffles one block; len(dst) == len(src).
 //
 // It works on 64 elements at a time: for each byte b, 8 words from the 8
-// bit-rows of b transpose (as bytes, then as bits) into byte b of the 64
-// elements, which the byte-unshuffle zips then interleave into place.
+// bit-rows of b transpose (as bits within each byte lane, then as bytes)
+// into byte b of the 64 elements, which the byte-unshuffle zips then
+// interleave into place.
 func bitUnshuffleBlock(dst, src []byte, ts int) {
 	n := len(src) / ts
 	if n%8 != 0 {
@@ -227,15 +254,13 @@ func bitUnshuffleBlock(dst, src []byte, ts int) {
 			for k := range r {
 				r[k] = binary.LittleEndian.Uint64(rows[k*rl:])
 			}
-			w := transposeBytes8(&r)
-			for i := range w {
-				w[i] = transposeBits8(w[i])
-			}
+			transposeBitLanes(&r)
+			transposeBytes8(&r)
 			if b < len(y) {
-				y[b] = w
+				y[b] = r
 				continue
 			}
-			for i, x := range w {
+			for i, x := range r {
 				d := dst[8*(g+i)*ts+b:]
 				for j := range 8 {
 					d[j*ts] = byte(x >> (8 * j))
@@ -268,7 +293,8 @@ func bitUnshuffleBlock(dst, src []byte, ts int) {
 		case 8:
 			for i := range 8 {
 				r := [8]uint64{y[0][i], y[1][i], y[2][i], y[3][i], y[4][i], y[5][i], y[6][i], y[7][i]}
-				for e, x := range transposeBytes8(&r) {
+				transposeBytes8(&r)
+				for e, x := range r {
 					binary.LittleEndian.PutUint64(d[64*i+8*e:], x)
 				}
 			}

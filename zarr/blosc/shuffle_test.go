@@ -104,6 +104,24 @@ func TestTransposeBits8(t *testing.T) {
 			t.Fatalf("transposeBits8(%#x) = %#x, want %#x", x, got, want)
 		}
 	}
+	for range 1000 {
+		var r, want [8]uint64
+		for k := range r {
+			r[k] = rng.Uint64()
+		}
+		for k := range 8 {
+			for g := range 8 {
+				for j := range 8 {
+					want[j] |= (r[k] >> (8*g + j) & 1) << (8*g + k)
+				}
+			}
+		}
+		got := r
+		transposeBitLanes(&got)
+		if got != want {
+			t.Fatalf("transposeBitLanes(%x) = %x, want %x", r, got, want)
+		}
+	}
 	if got := transposeBits8(0x8040201008040201); got != 0x8040201008040201 || bits.OnesCount64(transposeBits8(0xff)) != 8 {
 		t.Errorf("transposeBits8 moves the diagonal or loses bits")
 	}
