@@ -120,7 +120,7 @@ const blosclzTableBits = 14
 func encodeBloscLZ(dst, src []byte, table *[1 << blosclzTableBits]int32) int {
 	clear(table[:])
 	// Matches stop short of the last byte, so the stream ends with a
-	// literal run, which c-blosc 1.21's decoder requires.
+	// literal run: c-blosc 1.21's decoder rejects a stream ending in a match.
 	limit := len(src) - 1
 	op, lit := 0, 0
 	for i := 0; i+4 <= limit; {

@@ -150,7 +150,7 @@ func TestBloscLZEncoder(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
-		// c-blosc 1.21's decoder drops a trailing match: the stream must end
+		// c-blosc 1.21's decoder rejects a trailing match: the stream must end
 		// with literals.
 		if tt.far && c.far == 0 || tt.longLens && c.long == 0 || c.near == 0 || !c.lastLiteral {
 			t.Errorf("%s: tokens %+v", tt.name, c)

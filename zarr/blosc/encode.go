@@ -239,6 +239,7 @@ func (e *Encoder) codec(split []byte) []byte {
 	return nil
 }
 
+// buf returns e.codecBuf with length n, grown if needed.
 func (e *Encoder) buf(n int) []byte {
 	if cap(e.codecBuf) < n {
 		e.codecBuf = make([]byte, n)

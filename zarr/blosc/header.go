@@ -4,12 +4,23 @@
 // A chunk is a 16-byte header, a table of block starts, and blocks made of
 // length-prefixed streams, each compressed with one of blosclz, lz4/lz4hc,
 // snappy, zlib or zstd, after an optional byte or bit shuffle of each block.
-// Decode undoes all of it on the CPU. Parse lists where every stream lies
-// without decompressing anything, so that a GPU path can hand lz4 and zstd
-// streams to nvCOMP and unshuffle while it gathers.
+//
+// Decode undoes all of it on the CPU; DecodeNoUnshuffle stops before the
+// unshuffle, which Unshuffle and BitUnshuffle do separately. Both use a
+// Decoder the package builds on first use; NewDecoder makes one to own.
+// Parse lists where every stream lies, without decompressing anything, so
+// that a GPU path can hand lz4 and zstd streams to nvCOMP and unshuffle
+// while it gathers. Encode (or an Encoder) writes chunks that c-blosc reads,
+// with the block sizes and split rule c-blosc 1.21 uses.
 //
 // Everything read from a chunk is checked against the chunk's length and the
-// format's limits before it sizes an allocation or an index.
+// format's limits before it sizes an allocation or an index. The decoder
+// accepts what c-blosc 1.21 (as numcodecs 0.16 ships it) accepts, with these
+// differences: a chunk's cbytes may not exceed the bytes given; block starts
+// must point past the block-start table; a split block must divide evenly
+// among its streams; and a blosclz stream may end with a match, which
+// c-blosc 1.21's decoder rejects and older ones decoded (no c-blosc encoder
+// writes one).
 package blosc
 
 import (
@@ -74,6 +85,7 @@ type FormatError struct {
 	Err error
 }
 
+// Error returns "blosc: FIELD at offset N: MSG", then the codec's error.
 func (e *FormatError) Error() string {
 	s := fmt.Sprintf("blosc: %s at offset %d: %s", e.Field, e.Offset, e.Msg)
 	if e.Err != nil {
@@ -162,6 +174,8 @@ const (
 	BitShuffle  Shuffle = 2
 )
 
+// String returns the filter's name as zarr v3 spells it ("noshuffle",
+// "shuffle", "bitshuffle").
 func (s Shuffle) String() string {
 	switch s {
 	case NoShuffle:
@@ -187,9 +201,10 @@ type Header struct {
 
 // ParseHeader reads and validates the header at the start of src: it checks
 // every field against the format's limits and against len(src), so that the
-// block table and every block fit in src[:Cbytes] as far as the header alone
-// can tell. It accepts exactly what c-blosc 1.21 accepts, except that Cbytes
-// must not exceed len(src).
+// block table fits in src[:Cbytes] as far as the header alone can tell. A
+// format version other than 2, or (in a chunk that is not memcpyed) an
+// unknown codec or codec version, is ErrUnsupported; anything else wrong is
+// ErrCorrupt.
 func ParseHeader(src []byte) (Header, error) {
 	if len(src) < HeaderSize {
 		return Header{}, corrupt("header", 0, "chunk is %d bytes, shorter than the %d-byte header", len(src), HeaderSize)
