@@ -348,6 +348,8 @@ def tensorstore_arrays(only=None, small=False):
          "tensorstore blosc snappy (not sharded)"),
         ("ts-blosc-snappy-bit", "uint16", (30, 20), (8, 8), blosc("snappy", "bitshuffle", 2),
          "tensorstore blosc snappy bitshuffle"),
+        ("ts-blosc-snappy-none", "float64", (20, 20), (8, 8), blosc("snappy", "noshuffle", 8),
+         "tensorstore blosc snappy noshuffle"),
     ]
     for name, dt, shape, chunk, codec, what in cases:
         if only is not None and name not in only:
