@@ -60,7 +60,9 @@ func parseZstd(spec codecSpec, _ chunkSpec) (codec, error) {
 }
 
 func (zstdCodec) decode(d *Decoder, dst, src []byte) (int, error) {
-	out, err := d.zstd.DecodeAll(src, dst[:0])
+	// The capacity limit keeps the decoder inside dst: it must never touch
+	// bytes past len(dst), which may belong to a neighbouring chunk.
+	out, err := d.zstd.DecodeAll(src, dst[:0:len(dst)])
 	switch {
 	case errors.Is(err, zstd.ErrDecoderSizeExceeded):
 		return 0, errShortDst
