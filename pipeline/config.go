@@ -49,8 +49,8 @@ func ParseDtype(s string) (Dtype, error) {
 // Defaults of Config's fields; a zero field means the value here.
 const (
 	DefaultBatchSize         = 1
-	DefaultHostBufferBytes   = 512 << 20
-	DefaultDeviceBufferBytes = 1 << 30
+	DefaultHostBufferBytes   = 1 << 30
+	DefaultDeviceBufferBytes = 512 << 20
 	DefaultLookaheadBatches  = 2
 	DefaultZarrMetaCache     = 64
 	DefaultShardIndexCache   = 4096
@@ -71,11 +71,11 @@ type Config struct {
 	// Dtype is the output element type: F32 (default) or BF16.
 	Dtype Dtype
 	// HostBufferBytes is the staging memory for compressed chunk bytes
-	// (pinned on the CUDA engine), split into slabs. Default 512 MiB.
+	// (pinned on the CUDA engine), split into slabs. Default 1 GiB.
 	HostBufferBytes int64
 	// DeviceBufferBytes is the memory for decoded chunks of the waves in
 	// flight (device memory on the CUDA engine, host memory on the host
-	// engine). Default 1 GiB.
+	// engine). Default 512 MiB.
 	DeviceBufferBytes int64
 	// LookaheadBatches is how many batches' worth of samples are planned
 	// ahead and how many batch slots exist; at least 2. Default 2.

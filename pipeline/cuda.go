@@ -57,6 +57,7 @@ type cudaEngine struct {
 	committed int64
 	sticky    atomic.Pointer[Error] // a CUDA error: every later batch fails with it
 	split     decodeSplit           // how much of nvCOMP's work the CPU takes
+	cpuShare  float64               // route's running CPU share, in bytes (plan goroutine only)
 }
 
 // waveBuf is one device wave buffer: staging (a copy of the slab) then the
@@ -75,6 +76,13 @@ type waveBuf struct {
 	plan     *ptx.Plan        // the assemble plan of the wave using the buffer
 }
 
+// spillCopy is one chunk a CPU worker decoded in place of nvCOMP, to be
+// copied to its arena place (dst, from the buffer base).
+type spillCopy struct {
+	dst int64
+	src []byte
+}
+
 // cudaWave is a wave on its way through the CUDA engine.
 type cudaWave struct {
 	*wave
@@ -89,6 +97,7 @@ type cudaWave struct {
 	plan      *ptx.Plan
 	opsOff    int64
 	blkOff    int64
+	spill     []spillCopy // CPU-decoded chunks that go to the arena by their own copy
 	err       error
 	submitted bool
 }
@@ -140,10 +149,7 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 		}
 	}
 	slab := cfg.HostBufferBytes / cudaSlabs &^ 4095
-	// Every chunk nvCOMP decodes also reserves staging room for its decoded
-	// bytes (a CPU fallback), so a wave never decodes more than a slab:
-	// a larger arena (and nvCOMP scratch sized from it) would go unused.
-	arena := min(cfg.DeviceBufferBytes/cudaWaveBufs, slab) &^ 4095
+	arena := cfg.DeviceBufferBytes / cudaWaveBufs &^ 4095
 	if need := 2*align(cfg.MaxChunkBytes) + 1<<20; slab < need {
 		return errorf("new", ErrBudget, "", "Config.HostBufferBytes = %d gives %d-byte staging slabs, below the %d one chunk of Config.MaxChunkBytes = %d needs: raise it to at least %d or lower MaxChunkBytes", cfg.HostBufferBytes, slab, need, cfg.MaxChunkBytes, need*cudaSlabs)
 	}
@@ -304,18 +310,32 @@ func (e *cudaEngine) slotsInUse() int64 {
 	return e.pool.inUse.Load()
 }
 
-// route decides, from the codec chain alone, which decoder a chunk gets and
-// what it costs: chunks nvCOMP may take get arena space, and every chunk
-// gets staging room for its decoded bytes too, because the host may still
-// route it to the CPU once it sees the bytes (a frame nvCOMP cannot take).
+// route decides, at plan time, which decoder a chunk gets and what it
+// costs. Chunks nvCOMP may take (by codec; arrays where a chunk was already
+// refused stay on the CPU) get arena space, except the CPU's share of them
+// (hybrid decode, see decodeSplit). CPU-decoded chunks get staging room
+// for their decoded bytes, which travel in the same H2D copy.
 func (e *cudaEngine) route(j *job) {
 	n := int64(j.layout.Bytes())
 	r := j.chunk.Codec.Route()
-	j.gpu = e.zstd != nil && r.Simple && (r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4)
-	j.slabCost = j.chunk.Length + align(n) + jobDescBytes + statusBytes
-	if j.gpu {
-		j.arenaCost = n
+	eligible := e.zstd != nil && r.Simple && !j.src.cpuOnly.Load() &&
+		(r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4)
+	if eligible {
+		if e.cpuShare >= float64(n) {
+			e.cpuShare -= float64(n)
+			eligible = false
+		} else {
+			e.cpuShare += e.split.fraction() * float64(n)
+		}
 	}
+	j.gpu = eligible
+	if j.gpu {
+		j.slabCost = j.chunk.Length + jobDescBytes + statusBytes
+		j.arenaCost = n
+		return
+	}
+	j.decInSlab = true
+	j.slabCost = j.chunk.Length + align(n)
 }
 
 func (e *cudaEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- *result) {
@@ -422,12 +442,6 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	w := cw.wave
 	fail := func(err error) { cw.err = err }
 	slab := cw.slab.Bytes()
-	select {
-	case cw.buf = <-e.bufFree:
-	case <-ctx.Done():
-		fail(ctx.Err())
-		return
-	}
 	bp := w.batch.plan
 	end := int64(0)
 	for _, r := range w.reads {
@@ -435,64 +449,66 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	}
 	// Final routing, now that the bytes are here: checksums are verified
 	// and stripped; raw chunks are read in place; frames nvCOMP cannot
-	// take go to the CPU.
-	var cpu []*job
-	cpuSet := map[*job]bool{}
-	frac := e.split.fraction()
-	cpuShare := 0.0
+	// take are decoded on the CPU, into the slab when planned so, else
+	// into the spill buffer, from which submit copies them to their arena
+	// place (and their array is routed to the CPU from then on).
+	var cpu, spill []*job
 	where := map[*job]int64{} // decoded bytes' offset from the wave buffer's base
 	var zstdJobs, lz4Jobs []*job
 	for _, ji := range w.jobs {
 		j := bp.jobs[ji]
 		stored := slab[j.slabOff : j.slabOff+j.chunk.Length]
 		r := j.chunk.Codec.Route()
-		if !r.Simple {
-			cpu = append(cpu, j)
-			continue
-		}
-		payload, err := j.chunk.Payload(stored)
-		if err != nil {
-			fail(decodeError(j, err))
-			return
+		var payload []byte
+		if r.Simple {
+			var err error
+			if payload, err = j.chunk.Payload(stored); err != nil {
+				fail(decodeError(j, err))
+				return
+			}
 		}
 		poff := j.slabOff + int64(payloadOffset(stored, payload))
 		n := j.layout.Bytes()
-		if j.gpu && cpuShare >= float64(n) {
-			// The CPU's share of the chunks nvCOMP could take (hybrid
-			// decode: see split).
-			cpuShare -= float64(n)
-			cpu = append(cpu, j)
-			continue
-		}
-		if j.gpu {
-			cpuShare += frac * float64(n)
-		}
 		switch {
-		case r.Compression == zarr.CompressionNone && len(payload) == n && poff%int64(j.src.dtype.Size()) == 0:
+		case r.Simple && r.Compression == zarr.CompressionNone && len(payload) == n && poff%int64(j.src.dtype.Size()) == 0:
 			where[j] = poff
-		case j.gpu && r.Compression == zarr.CompressionZstd && poff%e.inAlign == 0 && nvcomp.ZstdGPUCompatible(payload, n):
+		case !j.gpu:
+			cpu = append(cpu, j)
+		case r.Compression == zarr.CompressionZstd && poff%e.inAlign == 0 && nvcomp.ZstdGPUCompatible(payload, n):
 			j.payOff, j.payLen = poff, int64(len(payload))
 			zstdJobs = append(zstdJobs, j)
-		case j.gpu && r.Compression == zarr.CompressionLZ4 && len(payload) > 4 && (poff+4)%e.inAlign == 0 &&
+		case r.Compression == zarr.CompressionLZ4 && len(payload) > 4 && (poff+4)%e.inAlign == 0 &&
 			binary.LittleEndian.Uint32(payload) == uint32(n):
 			j.payOff, j.payLen = poff+4, int64(len(payload)-4)
 			lz4Jobs = append(lz4Jobs, j)
 		default:
-			cpu = append(cpu, j)
+			j.src.cpuOnly.Store(true)
+			spill = append(spill, j)
 		}
 	}
 	// CPU-decoded chunks land after the reads.
 	for _, j := range cpu {
 		where[j] = end
-		cpuSet[j] = true
 		end += align(int64(j.layout.Bytes()))
 	}
+	// The spill buffer is the wave's own: submit copies from it later.
+	var spillEnd int64
+	for _, j := range spill {
+		spillEnd = max(spillEnd, j.decOff+int64(j.layout.Bytes()))
+	}
+	spillBuf := make([]byte, spillEnd)
+	dst := make(map[*job][]byte, len(cpu)+len(spill))
+	for _, j := range cpu {
+		off, n := where[j], int64(j.layout.Bytes())
+		dst[j] = slab[off : off+n : off+n]
+	}
+	for _, j := range spill {
+		off, n := j.decOff, int64(j.layout.Bytes())
+		dst[j] = spillBuf[off : off+n : off+n]
+	}
 	t := time.Now()
-	if err := e.decodeCPU(ctx, w, slab, func(j *job) bool { return cpuSet[j] }, func(j *job) []byte {
-		off := where[j]
-		n := int64(j.layout.Bytes())
-		return slab[off : off+n : off+n]
-	}); err != nil {
+	err := e.decodeCPU(ctx, w, slab, func(j *job) bool { return dst[j] != nil }, func(j *job) []byte { return dst[j] })
+	if err != nil {
 		fail(err)
 		return
 	}
@@ -501,6 +517,19 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		cpuBytes += int64(j.layout.Bytes())
 	}
 	e.split.cpuDone(cpuBytes, time.Since(t))
+	// Only now take a wave buffer: the CPU work above overlaps the GPU's
+	// work on the waves before.
+	select {
+	case cw.buf = <-e.bufFree:
+	case <-ctx.Done():
+		fail(ctx.Err())
+		return
+	}
+	cw.spill = cw.spill[:0]
+	for _, j := range spill {
+		where[j] = cw.buf.arena + j.decOff
+		cw.spill = append(cw.spill, spillCopy{dst: cw.buf.arena + j.decOff, src: spillBuf[j.decOff : j.decOff+int64(j.layout.Bytes())]})
+	}
 	// nvCOMP's argument arrays: ptrs, sizes, out ptrs, capacities, actual
 	// sizes, expected sizes (8 bytes each), then statuses.
 	cw.gpu = append(zstdJobs, lz4Jobs...)
@@ -508,8 +537,8 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	var arena int64
 	base := int64(cw.buf.base)
 	for _, j := range cw.gpu {
-		where[j] = cw.buf.arena + arena
-		arena += align(int64(j.layout.Bytes()))
+		where[j] = cw.buf.arena + j.decOff
+		arena = max(arena, j.decOff+int64(j.layout.Bytes()))
 	}
 	n := int64(len(cw.gpu))
 	cw.descOff = end
@@ -610,6 +639,13 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 				}
 			}
 			if err := e.kernels.ReduceStatus(e.decodeS, statuses, arr(4, 0), arr(5, 0), n, b.summary); err != nil {
+				return err
+			}
+		}
+		for _, c := range cw.spill {
+			// From pageable memory: the driver stages the bytes before
+			// returning, so the spill buffer is free again afterwards.
+			if err := e.decodeS.CopyHtoD(b.base+cuda.DevicePtr(c.dst), c.src); err != nil {
 				return err
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
@@ -83,6 +84,11 @@ type source struct {
 	dir   *zarr.DirStore // the local directory behind arr, for pread through the fd cache
 	dtype ptx.Dtype
 	fill  uint32 // fill value as float32 bits, as the kernels take it
+
+	// cpuOnly is set once nvCOMP had to refuse a chunk of this array (a
+	// zstd frame without a content size, say): the CUDA engine plans its
+	// chunks for the CPU from then on.
+	cpuOnly atomic.Bool
 }
 
 // metaCache opens arrays and reads shard indexes, through two LRUs.
