@@ -209,3 +209,40 @@ func TestZstdFrames(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeStaysInChunk decodes chunks into the middle of a larger arena,
+// as a pipeline decodes neighbouring chunks of one buffer, and checks that
+// no byte outside the chunk's own range changes.
+func TestDecodeStaysInChunk(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, uint64(testSeed(t))))
+	shape := []int64{32, 64, 64}
+	for _, bc := range bytesChains(Uint16) {
+		t.Run(bc.name, func(t *testing.T) {
+			ch := &tchain{bb: bc.bb}
+			info, err := mustParseV3((&tarray{shape: shape, chunk: shape, dt: Uint16, chain: ch}).metadata())
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := microscopyChunk(rng)
+			stored := ch.encode(t, data, shape, Uint16, info.fill)
+			d, err := NewDecoder(DecoderOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			const guard = 1 << 16
+			arena := bytes.Repeat([]byte{0xa5}, guard+len(data)+guard)
+			if err := d.Decode(arena[guard:], &Chunk{Key: "c/0/0", Codec: info.codec}, stored); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(arena[guard:guard+len(data)], data) {
+				t.Fatal("decoded chunk differs from the source")
+			}
+			for _, i := range []int{0, guard + len(data)} {
+				if !bytes.Equal(arena[i:i+guard], bytes.Repeat([]byte{0xa5}, guard)) {
+					t.Fatalf("Decode changed bytes outside the chunk (at %d..%d)", i, i+guard)
+				}
+			}
+		})
+	}
+}
