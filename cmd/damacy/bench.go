@@ -16,7 +16,7 @@ import (
 
 var cmdBench = &command{
 	name:  "bench",
-	usage: "bench [--json] [--drop-cache] [--trace FILE] [--data DIR] [--boxes-out FILE] SCENARIO.json",
+	usage: "bench [--json] [--drop-cache] [--trace FILE] [--data DIR] [--boxes-out FILE] [flags] SCENARIO.json",
 	short: "run a benchmark scenario and report throughput, stages and ceilings",
 	long: `Bench runs a scenario: it generates the dataset if it is absent (as 'damacy
 gen' does), draws the boxes from the run's seed, streams the warm-up
@@ -37,7 +37,9 @@ and then the ceilings, measured in the same run over the same boxes:
                     again with package zarr, batch by batch, each chunk once
                     per batch), read with as many goroutines as the run had
                     IO threads
-  decode-only       those chunks decoded on the CPU, one decoder per core
+  decode-only       those chunks decoded on the CPU, one decoder per core;
+                    and, when the CUDA engine decoded with nvCOMP, up to
+                    256 MB of them (plain zstd) in one nvCOMP batched call
   assemble-only     one batch gathered and cast from decoded chunks by the
                     assemble code the engines run (on the CPU; and on the
                     GPU for the CUDA engine)
