@@ -61,12 +61,12 @@ func BenchmarkDecode(b *testing.B) {
 			defer d.Close()
 			dst := make([]byte, len(raw))
 			b.SetBytes(int64(len(raw)))
-			b.ReportMetric(float64(len(raw))/float64(len(chunk)), "ratio")
 			for b.Loop() {
 				if _, err := d.Decode(dst, chunk); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64(len(raw))/float64(len(chunk)), "ratio")
 		})
 	}
 }
