@@ -21,7 +21,7 @@ type BatchInfo struct {
 }
 
 // Batch is one popped batch. Each Batch is its own handle; several may be
-// held at once, up to Config.LookaheadBatches. Release it when done.
+// held at once, up to Config.BatchSlots. Release it when done.
 type Batch struct {
 	p        *Pipeline
 	req      *batchReq

@@ -52,6 +52,7 @@ const (
 	DefaultHostBufferBytes   = 1 << 30
 	DefaultDeviceBufferBytes = 512 << 20
 	DefaultLookaheadBatches  = 2
+	DefaultBatchSlots        = 2
 	DefaultZarrMetaCache     = 64
 	DefaultShardIndexCache   = 4096
 	DefaultMaxChunkBytes     = 8 << 20
@@ -77,9 +78,14 @@ type Config struct {
 	// flight (device memory on the CUDA engine, host memory on the host
 	// engine). Default 512 MiB.
 	DeviceBufferBytes int64
-	// LookaheadBatches is how many batches' worth of samples are planned
-	// ahead and how many batch slots exist; at least 2. Default 2.
+	// LookaheadBatches is how many batches' worth of samples are taken in
+	// ahead of the batch being assembled, so that their metadata and
+	// plans are ready in time; at least 2. Default 2.
 	LookaheadBatches int
+	// BatchSlots is the number of batch buffers (in GPU memory on the
+	// CUDA engine): how many popped batches may be held at once, plus
+	// the one being filled while they are held; at least 2. Default 2.
+	BatchSlots int
 	// IOThreads is the number of concurrent readers. Default: the number
 	// of CPUs, at least 4 and at most 64.
 	IOThreads int
@@ -149,6 +155,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LookaheadBatches < 2 || c.LookaheadBatches > 64 {
 		return bad("LookaheadBatches", c.LookaheadBatches, "in 2..64")
+	}
+	if c.BatchSlots == 0 {
+		c.BatchSlots = DefaultBatchSlots
+	}
+	if c.BatchSlots < 2 || c.BatchSlots > 64 {
+		return bad("BatchSlots", c.BatchSlots, "in 2..64")
 	}
 	if c.IOThreads == 0 {
 		c.IOThreads = min(max(runtime.NumCPU(), 4), 64)

@@ -254,7 +254,7 @@ func (h *hostEngine) reserve(shape []int) error {
 		return newError("new", ErrInvalid, "", err)
 	}
 	bytes := h.layout.Bytes()
-	slots := make([]*slot, h.cfg.LookaheadBatches)
+	slots := make([]*slot, h.cfg.BatchSlots)
 	for i := range slots {
 		buf := make([]byte, bytes)
 		h.pin.Pin(&buf[0])
