@@ -56,11 +56,15 @@ type decompressArgs struct {
 }
 
 // MaxZstdBatchBytes is the largest MaxTotalBytes that NewDecoder accepts
-// for zstd. With nvCOMP 5.3 and 6.0 on an H200, batches of 4096 valid
-// chunks of 256 KiB and of 1 MiB (1 and 4 GiB of output) made the
-// decompression kernel fault with an illegal address, depending on the
-// data, although the temp space was sized by nvCOMP's own query; every
-// batch of up to 512 MiB decoded correctly. Larger waves must be split.
+// for zstd. With nvCOMP 6.0 on an H200, batches of 4096 valid chunks of
+// 256 KiB and of 1 MiB (1 and 4 GiB of output) made the decompression
+// kernel fault with an illegal address in two throughput runs (four
+// faults: both geometries, plain and byte-shuffled data), although the
+// temp space was sized by nvCOMP's own query, while the same geometries
+// passed in other runs: the fault depends on the data and the layout.
+// No batch of up to 512 MiB failed, on 5.3 or 6.0. Larger waves must be
+// split; at 512 MiB the GPU is already past its knee (see the package
+// documentation).
 const MaxZstdBatchBytes = 512 << 20
 
 // NewDecoder returns a Decoder for cfg. It queries the temp size and
@@ -171,10 +175,13 @@ type Batch struct {
 // error says nothing about the chunks: read b.Statuses and b.OutputSizes
 // once s has reached this point.
 //
-// The chunks must be of the decoder's algorithm; route zstd chunks through
-// ZstdGPUReason first. nvCOMP's headers call corrupt input undefined
-// behaviour; in this package's tests truncated, bit-flipped and
-// wrongly-sized chunks gave per-chunk error statuses, never a crash.
+// The chunks must be of the decoder's algorithm and must have passed
+// ZstdGPUReason or LZ4GPUCheck: nvCOMP trusts its input (see the package
+// documentation), and those checks are what keep its writes inside each
+// output buffer. Damage inside zstd blocks is invisible to a header scan,
+// and on it nvCOMP may report success with wrong bytes or, rarely, never
+// finish; wait for a Decode with a deadline (Event.Query), not an
+// unbounded Synchronize, so that a hung GPU becomes an error.
 func (d *Decoder) Decode(s cuda.Stream, b *Batch) error {
 	if d.temp == 0 {
 		return fmt.Errorf("nvcomp: %s decoder: Decode after Close", d.cfg.Algorithm)

@@ -162,11 +162,19 @@ func runChild(t testing.TB, job childJob) childResult {
 		rf.Close()
 	}
 	if err != nil {
+		if i := bytes.Index(out, []byte("did not finish in")); i >= 0 {
+			res = childResult{Err: hangPrefix + string(bytes.SplitN(out[i:], []byte("\n"), 2)[0])}
+			return res
+		}
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		res = childResult{Err: fmt.Sprintf("child process: %v: %s", runErr, lines[max(0, len(lines)-3):])}
 	}
 	return res
 }
+
+// hangPrefix starts the error of a child whose watchdog found the decode
+// still running.
+const hangPrefix = "hang: the decode "
 
 // isolate decodes the chunks of job (N = len(Chunks)) in child processes:
 // the whole batch first, then, for a batch that faults or writes outside an
