@@ -39,7 +39,6 @@ type DecoderConfig struct {
 // making a stream wait for the previous call's stream (Stream.WaitEvent).
 // It is not safe for concurrent use.
 type Decoder struct {
-	lib       *Library
 	codec     *codec
 	cfg       DecoderConfig
 	align     Alignment
@@ -115,7 +114,6 @@ func (l *Library) newDecoder(cfg DecoderConfig) (*Decoder, error) {
 		return nil, fmt.Errorf("nvcomp: %s decoder temp space at %v is not %d-byte aligned", cfg.Algorithm, temp, align.Temp)
 	}
 	return &Decoder{
-		lib:       l,
 		codec:     c,
 		cfg:       cfg,
 		align:     align,
