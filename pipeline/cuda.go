@@ -57,6 +57,7 @@ type cudaEngine struct {
 	committed int64
 	sticky    atomic.Pointer[Error] // a CUDA error: every later batch fails with it
 	split     decodeSplit           // how much of nvCOMP's work the CPU takes
+	stuck     atomic.Bool           // a wave never finished: close must not wait for the GPU
 	cpuShare  float64               // route's running CPU share, in bytes (plan goroutine only)
 }
 
@@ -478,7 +479,7 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 			j.payOff, j.payLen = poff, int64(len(payload))
 			zstdJobs = append(zstdJobs, j)
 		case r.Compression == zarr.CompressionLZ4 && len(payload) > 4 && (poff+4)%e.inAlign == 0 &&
-			binary.LittleEndian.Uint32(payload) == uint32(n):
+			binary.LittleEndian.Uint32(payload) == uint32(n) && nvcomp.LZ4GPUCheck(payload[4:], n) == nil:
 			j.payOff, j.payLen = poff+4, int64(len(payload)-4)
 			lz4Jobs = append(lz4Jobs, j)
 		default:
@@ -750,15 +751,25 @@ func (e *cudaEngine) retire(ctx context.Context, in <-chan *cudaWave, out chan<-
 // its chunks' statuses.
 func (e *cudaEngine) finish(cw *cudaWave) {
 	b := cw.buf
-	if err := b.h2d.Synchronize(); err != nil {
-		cw.err = cudaError("h2d", err)
-		e.sticky.CompareAndSwap(nil, cw.err.(*Error))
+	if e.stuck.Load() { // behind a stuck wave: the GPU keeps this one's memory too
+		cw.err = e.sticky.Load()
+		cw.slab, cw.buf = nil, nil
+		return
+	}
+	if err := e.wait(b.h2d, "h2d"); err != nil {
+		cw.err = err
+		if errors.Is(err, errStuck) { // the GPU still owns the slab and the buffer
+			cw.slab, cw.buf = nil, nil
+			return
+		}
 	}
 	e.slabs <- cw.slab
 	cw.slab = nil
-	if err := b.done.Synchronize(); err != nil {
-		cw.err = cudaError("assemble", err)
-		e.sticky.CompareAndSwap(nil, cw.err.(*Error))
+	if err := e.wait(b.done, "assemble"); err != nil {
+		cw.err = err
+		if errors.Is(err, errStuck) {
+			cw.buf = nil
+		}
 		return
 	}
 	h2d, _ := cuda.EventElapsedTime(b.start, b.h2d)
@@ -808,10 +819,45 @@ func (e *cudaEngine) finish(cw *cudaWave) {
 	}
 }
 
+// waveDeadline bounds the wait for one wave. A wave takes milliseconds;
+// nvCOMP can spin forever on some damaged zstd data (its headers call
+// corrupt input undefined behaviour), and Pop must not hang on that.
+const waveDeadline = time.Minute
+
+// errStuck marks a wave the GPU never finished.
+var errStuck = errors.New("the GPU did not finish a wave within " + waveDeadline.String() + " (damaged input to nvCOMP?); the CUDA context is unusable")
+
+// wait blocks until ev has completed, for at most waveDeadline. Any failure
+// is sticky: the CUDA context cannot be trusted afterwards.
+func (e *cudaEngine) wait(ev cuda.Event, stage string) error {
+	done := make(chan error, 1)
+	go func() { done <- ev.Synchronize() }()
+	var err error
+	select {
+	case err = <-done:
+		if err == nil {
+			return nil
+		}
+		err = cudaError(stage, err)
+	case <-time.After(waveDeadline):
+		// The goroutine above stays blocked with the GPU.
+		e.stuck.Store(true)
+		err = newError(stage, ErrCUDA, "", errStuck)
+	}
+	e.sticky.CompareAndSwap(nil, err.(*Error))
+	return err
+}
+
 // close frees everything once run has returned. Slots still held by the
 // consumer are freed when they come back.
 func (e *cudaEngine) close() error {
 	var first error
+	if e.stuck.Load() {
+		// Synchronizing or freeing would block behind the stuck wave:
+		// leave the GPU state to the process's exit.
+		e.stages.close()
+		return nil
+	}
 	if e.ex != nil {
 		err := e.ex.Do(func() error {
 			var errs []error
