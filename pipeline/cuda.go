@@ -25,6 +25,7 @@ const (
 	jobDescBytes = 6 * 8   // per GPU chunk: in ptr, in size, out ptr, capacity, actual size, expected size
 	statusBytes  = 4       // per GPU chunk: nvCOMP status
 	opBytes      = int64(unsafe.Sizeof(ptx.Op{})) + 4
+	arenaGuard   = 1 << 20 // bytes after each arena that only overruns reach
 )
 
 // cudaEngine assembles batches in GPU memory. Per wave: IO workers pread the
@@ -200,7 +201,11 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 		}
 		e.bufFree = make(chan *waveBuf, cudaWaveBufs)
 		for range cudaWaveBufs {
-			b := &waveBuf{arena: slab, size: slab + arena}
+			// The guard after the arena catches what nvCOMP writes past a
+			// damaged zstd chunk's output (it reports the larger size, the
+			// status check fails the wave, and nothing outside the wave
+			// buffer is touched); a block decodes to at most 128 KiB.
+			b := &waveBuf{arena: slab, size: slab + arena + arenaGuard}
 			e.bufs = append(e.bufs, b)
 			if b.base, err = cuda.MemAlloc(int(b.size)); err != nil {
 				return err
@@ -582,8 +587,8 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	cw.blkOff = end
 	copy(slab[end:], blocks)
 	end = align(end + int64(len(blocks)))
-	if end > int64(len(slab)) || arena > cw.buf.size-cw.buf.arena {
-		fail(errorf("plan", ErrBudget, "", "wave layout overflow: %d staging bytes of %d, %d arena bytes of %d (a planning bug)", end, len(slab), arena, cw.buf.size-cw.buf.arena))
+	if end > int64(len(slab)) || arena > cw.buf.size-cw.buf.arena-arenaGuard {
+		fail(errorf("plan", ErrBudget, "", "wave layout overflow: %d staging bytes of %d, %d arena bytes of %d (a planning bug)", end, len(slab), arena, cw.buf.size-cw.buf.arena-arenaGuard))
 		return
 	}
 	cw.used = end
