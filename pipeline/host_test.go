@@ -8,7 +8,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
@@ -237,6 +239,28 @@ func TestHostEngineWaves(t *testing.T) {
 	checkEngine(t, cfg, paths, 40, seed)
 }
 
+// newChecked starts a pipeline whose Close, at the end of the test, is
+// followed by checks that no batch slot is still out and no goroutine of
+// the pipeline is left running.
+func newChecked(t *testing.T, cfg Config) *Pipeline {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if n := p.Stats().SlotsInUse; n != 0 {
+			t.Errorf("%d batch slots still in use at the end", n)
+		}
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		checkGoroutines(t, before)
+	})
+	return p
+}
+
 func TestHostEngineErrors(t *testing.T) {
 	dir := t.TempDir()
 	sc := storeCase{name: "z", spec: writer.Spec{Shape: []int64{32, 32}, ChunkShape: []int64{8, 8}, ShardShape: []int64{16, 16},
@@ -246,11 +270,7 @@ func TestHostEngineErrors(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("missing array", func(t *testing.T) {
-		p, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
+		p := newChecked(t, cfg)
 		p.Push(Sample{URI: filepath.Join(dir, "nope"), Box: []Range{{0, 8}, {0, 8}}}, Sample{URI: path, Box: []Range{{0, 8}, {0, 8}}})
 		if _, err := p.Pop(ctx); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Pop: %v, want ErrNotFound", err)
@@ -275,11 +295,7 @@ func TestHostEngineErrors(t *testing.T) {
 		if err := os.WriteFile(shard, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		p, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
+		p := newChecked(t, cfg)
 		p.Push(Sample{URI: path, Box: []Range{{16, 24}, {16, 24}}})
 		_, err = p.Pop(ctx)
 		if !errors.Is(err, ErrDecode) {
@@ -296,17 +312,62 @@ func TestHostEngineErrors(t *testing.T) {
 		if err := os.WriteFile(shard, data[:len(data)/2], 0o644); err != nil {
 			t.Fatal(err)
 		}
-		p, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
+		p := newChecked(t, cfg)
 		p.Push(Sample{URI: path, Box: []Range{{0, 8}, {16, 24}}})
 		_, err = p.Pop(ctx)
 		if !errors.Is(err, ErrDecode) {
 			t.Fatalf("Pop of a truncated shard: %v, want ErrDecode", err)
 		}
 		t.Log(err)
+	})
+	t.Run("unreadable shard", func(t *testing.T) {
+		// A directory where a shard file should be: reading it fails (a
+		// permission change would not stop root).
+		shard := filepath.Join(path, "c", "0", "0")
+		if err := os.Remove(shard); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(shard, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := newChecked(t, cfg)
+		p.Push(Sample{URI: path, Box: []Range{{0, 8}, {0, 8}}}, Sample{URI: path, Box: []Range{{24, 32}, {24, 32}}})
+		_, err := p.Pop(ctx)
+		if !errors.Is(err, ErrStorage) {
+			t.Fatalf("Pop of an unreadable shard: %v, want ErrStorage", err)
+		}
+		t.Log(err)
+		b, err := p.Pop(ctx)
+		if err != nil {
+			t.Fatalf("the batch after: %v", err)
+		}
+		b.Release()
+	})
+	t.Run("close during pop", func(t *testing.T) {
+		p := newChecked(t, cfg)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := p.Pop(ctx) // nothing pushed: blocks
+			errc <- err
+		}()
+		time.Sleep(20 * time.Millisecond)
+		p.Close()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, ErrShutdown) {
+				t.Fatalf("Pop during Close: %v, want ErrShutdown", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Pop still blocked after Close")
+		}
+	})
+	t.Run("cancelled pop", func(t *testing.T) {
+		p := newChecked(t, cfg)
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		if _, err := p.Pop(cctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Pop with an expiring context: %v", err)
+		}
 	})
 	t.Run("budget", func(t *testing.T) {
 		_, err := New(Config{SampleShape: []int{8, 8}, Device: "cpu", MaxChunkBytes: 4 << 20, DeviceBufferBytes: 2 << 20})
