@@ -109,6 +109,10 @@ type Config struct {
 	// driver and device are present, otherwise the host engine; "cpu"
 	// selects the host engine; "cuda" or "cuda:N" a GPU (failing if none).
 	Device string
+	// Trace, when set, receives a Span for each stretch of work of every
+	// stage. It is called from the pipeline's goroutines, concurrently;
+	// it must be fast and must not call back into the pipeline.
+	Trace func(Span)
 	// Logger receives the few informational lines the pipeline writes
 	// (which engine and decoder it uses). Default: slog.Default().
 	Logger *slog.Logger

@@ -794,6 +794,18 @@ func (e *cudaEngine) finish(cw *cudaWave) {
 		elems += n
 	}
 	e.split.gpuDone(outB, dec)
+	if e.trace != nil {
+		// Place the GPU spans on the host clock: the wave ended (done)
+		// about now; the events give each point's distance from start.
+		now := time.Now()
+		total, _ := cuda.EventElapsedTime(b.start, b.done)
+		t0 := now.Add(-total)
+		at := func(ev cuda.Event) time.Time { d, _ := cuda.EventElapsedTime(b.start, ev); return t0.Add(d) }
+		id := cw.batch.req.id
+		e.trace.span(Span{Stage: "h2d", Lane: "copy stream", Batch: id, Wave: cw.index, Start: t0, End: at(b.h2d), Bytes: cw.used})
+		e.trace.span(Span{Stage: "decode", Lane: "decode stream", Batch: id, Wave: cw.index, Start: at(b.decStart), End: at(b.dec), Bytes: outB})
+		e.trace.span(Span{Stage: "assemble", Lane: "assemble stream", Batch: id, Wave: cw.index, Start: at(b.dec), End: now, Bytes: elems * int64(e.layout.Dtype.Size())})
+	}
 	e.stats.update(func(s *Stats) {
 		s.H2D.add(h2d, cw.used, cw.used)
 		if len(cw.gpu) > 0 {

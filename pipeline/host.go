@@ -29,6 +29,7 @@ type stages struct {
 	lim   waveLimits
 	shape []int
 	head  atomic.Int32 // stage of the oldest unfinished batch
+	trace tracer
 }
 
 func newStages(cfg Config, stats *statsSink) (*stages, error) {
@@ -38,6 +39,7 @@ func newStages(cfg Config, stats *statsSink) (*stages, error) {
 		meta:  newMetaCache(cfg, stats),
 		fds:   newFDCache(),
 		decs:  make(chan *zarr.Decoder, cfg.ComputeThreads),
+		trace: tracer(cfg.Trace),
 	}
 	for range cfg.ComputeThreads {
 		d, err := zarr.NewDecoder(zarr.DecoderOptions{MaxChunkBytes: int(cfg.MaxChunkBytes)})
@@ -96,6 +98,7 @@ func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wa
 			for _, j := range bp.jobs {
 				dedup += int64(max(j.waveUses-1, 0))
 			}
+			s.trace.span(Span{Stage: "plan", Lane: "planner", Batch: req.id, Wave: -1, Start: bs.t0, End: time.Now()})
 			s.stats.update(func(st *Stats) {
 				st.Plan.add(time.Since(bs.t0), 0, 0)
 				st.BoxBytes += bp.box
@@ -115,14 +118,14 @@ func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wa
 // read runs a wave's read ops into slab.
 func (s *stages) read(ctx context.Context, w *wave, slab []byte) error {
 	t := time.Now()
-	err := s.io.run(ctx, len(w.reads), func(i int) error {
-		r := &w.reads[i]
-		return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
-	})
 	var n int64
 	for _, r := range w.reads {
 		n += r.length
 	}
+	err := s.io.run(ctx, len(w.reads), func(i int) error {
+		r := &w.reads[i]
+		return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
+	}, s.trace.workers("read", "io", w, n))
 	s.stats.update(func(st *Stats) {
 		st.IO.add(time.Since(t), n, n)
 		st.ReadOps += int64(len(w.reads))
@@ -156,7 +159,7 @@ func (s *stages) decodeCPU(ctx context.Context, w *wave, slab []byte, pick func(
 			return decodeError(j, err)
 		}
 		return nil
-	})
+	}, s.trace.workers("decode", "cpu", w, out))
 	s.stats.update(func(st *Stats) {
 		st.Decompress.add(time.Since(t), in, out)
 		st.ChunksDecoded += int64(len(sel))
@@ -410,6 +413,7 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 	if err := ptx.AssembleHost(w.batch.slot.host[:l.Bytes()], l, arena, p.Ops(), h.cfg.ComputeThreads); err != nil {
 		return newError("assemble", ErrInvalid, "", err)
 	}
+	h.trace.span(Span{Stage: "assemble", Lane: "cpu workers", Batch: w.batch.req.id, Wave: w.index, Start: t, End: time.Now(), Bytes: elems * int64(l.Dtype.Size())})
 	h.stats.update(func(st *Stats) {
 		st.Assemble.add(time.Since(t), w.arena, elems*int64(l.Dtype.Size()))
 		st.WavesEmitted++

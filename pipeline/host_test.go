@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -165,6 +166,8 @@ func checkEngine(t *testing.T, cfg Config, paths []string, nBoxes int, seed uint
 		got += b.Len()
 		b.Release()
 	}
+	st := p.Stats()
+	t.Logf("%d batches, %d waves, %d chunks decoded (%d bytes)", st.BatchesEmitted, st.WavesEmitted, st.ChunksDecoded, st.Decompress.OutBytes)
 }
 
 func firstDiff(have, want []byte, size int) string {
@@ -234,9 +237,34 @@ func TestHostEngineWaves(t *testing.T) {
 			ShardShape: []int64{32, 64, 64}, DataType: dt, Compression: writer.Compression{Codec: writer.Zstd}}}
 		paths = append(paths, writeCase(t, dir, sc, seed+uint64(i)))
 	}
-	cfg := Config{BatchSize: 6, SampleShape: []int{20, 24, 18}, Device: "cpu", HostBufferBytes: 3 << 20,
-		DeviceBufferBytes: 1 << 20, MaxChunkBytes: 64 << 10, ComputeThreads: 3, IOThreads: 3}
+	var mu sync.Mutex
+	stages := map[string]int{}
+	lanes := map[string]bool{}
+	cfg := Config{BatchSize: 6, SampleShape: []int{40, 40, 40}, Device: "cpu", HostBufferBytes: 3 << 20,
+		DeviceBufferBytes: 1 << 20, MaxChunkBytes: 64 << 10, ComputeThreads: 3, IOThreads: 3,
+		Trace: func(s Span) {
+			mu.Lock()
+			defer mu.Unlock()
+			if s.End.Before(s.Start) {
+				t.Errorf("span %+v ends before it starts", s)
+			}
+			stages[s.Stage]++
+			lanes[s.Lane] = true
+		}}
 	checkEngine(t, cfg, paths, 40, seed)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, st := range []string{"plan", "read", "decode", "assemble", "pop"} {
+		if stages[st] == 0 {
+			t.Errorf("no %q spans traced (got %v)", st, stages)
+		}
+	}
+	if !lanes["io worker 0"] || !lanes["cpu worker 0"] {
+		t.Errorf("worker lanes missing from the trace: %v", lanes)
+	}
+	if stages["assemble"] <= stages["plan"] {
+		t.Errorf("%d assemble spans for %d batches: the small buffers should cut batches into several waves", stages["assemble"], stages["plan"])
+	}
 }
 
 // newChecked starts a pipeline whose Close, at the end of the test, is

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // fdCache keeps files open between reads, at most capacity of them. Opens
@@ -113,18 +114,19 @@ func (c *fdCache) closeAll() {
 // workers is a fixed pool of goroutines running tasks; run waits for a set
 // of tasks and returns the first error.
 type workers struct {
-	tasks chan func()
+	tasks chan func(worker int)
 	wg    sync.WaitGroup
+	n     int
 }
 
 func newWorkers(n int) *workers {
-	w := &workers{tasks: make(chan func())}
+	w := &workers{tasks: make(chan func(int)), n: n}
 	w.wg.Add(n)
-	for range n {
+	for id := range n {
 		go func() {
 			defer w.wg.Done()
 			for t := range w.tasks {
-				t()
+				t(id)
 			}
 		}()
 	}
@@ -132,22 +134,39 @@ func newWorkers(n int) *workers {
 }
 
 // run runs f(0..n-1) on the pool and returns the first error; once ctx is
-// done, tasks not yet started are skipped.
-func (w *workers) run(ctx context.Context, n int, f func(i int) error) error {
+// done, tasks not yet started are skipped. With span non-nil, it is called
+// once per worker that took part, with the worker's first start and last
+// end in this run.
+func (w *workers) run(ctx context.Context, n int, f func(i int) error, span func(worker int, start, end time.Time)) error {
 	var wg sync.WaitGroup
 	var once sync.Once
 	var first error
 	fail := func(err error) { once.Do(func() { first = err }) }
+	var busy []workerSpan
+	if span != nil {
+		busy = make([]workerSpan, w.n)
+	}
 	wg.Add(n)
 	for i := range n {
-		task := func() {
+		task := func(id int) {
 			defer wg.Done()
 			if ctx.Err() != nil {
 				fail(ctx.Err())
 				return
 			}
+			var t0 time.Time
+			if busy != nil {
+				t0 = time.Now()
+			}
 			if err := f(i); err != nil {
 				fail(err)
+			}
+			if busy != nil {
+				b := &busy[id] // only worker id writes its entry
+				if b.start.IsZero() {
+					b.start = t0
+				}
+				b.end = time.Now()
 			}
 		}
 		select {
@@ -159,8 +178,15 @@ func (w *workers) run(ctx context.Context, n int, f func(i int) error) error {
 		}
 	}
 	wg.Wait()
+	for id, b := range busy {
+		if !b.start.IsZero() {
+			span(id, b.start, b.end)
+		}
+	}
 	return first
 }
+
+type workerSpan struct{ start, end time.Time }
 
 func (w *workers) stop() {
 	close(w.tasks)

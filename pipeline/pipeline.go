@@ -227,6 +227,9 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 		return nil, newError("pop", ErrShutdown, "", nil)
 	}
 	wait := time.Since(start)
+	if p.cfg.Trace != nil {
+		p.cfg.Trace(Span{Stage: "pop", Lane: "consumer", Batch: r.req.id, Wave: -1, Start: start, End: start.Add(wait)})
+	}
 	p.stats.mu.Lock()
 	if stage == stageIO {
 		p.stats.PopWaitIO.add(wait, 0, 0)

@@ -1,0 +1,39 @@
+package pipeline
+
+import (
+	"fmt"
+	"time"
+)
+
+// Span is one stretch of a stage's work, reported to Config.Trace: enough
+// to draw where the time goes (per batch and wave, per IO and CPU worker,
+// per CUDA stream) in a trace viewer.
+type Span struct {
+	Stage string // "plan", "read", "decode", "assemble", "h2d", "pop"
+	Lane  string // where it ran: "planner", "io worker 3", "cpu worker 0", "copy stream", "decode stream", "assemble stream", "consumer"
+	Batch int64  // the batch's ID (-1: none)
+	Wave  int    // the wave within the batch (-1: the whole batch)
+	Start time.Time
+	End   time.Time
+	Bytes int64 // bytes the span handled (read, copied, decoded or written), when known
+}
+
+// tracer forwards spans to Config.Trace; a nil tracer costs nothing.
+type tracer func(Span)
+
+func (t tracer) span(s Span) {
+	if t != nil {
+		t(s)
+	}
+}
+
+// workers returns a workers.run span callback that reports one span per
+// worker, or nil when not tracing.
+func (t tracer) workers(stage, kind string, w *wave, bytes int64) func(int, time.Time, time.Time) {
+	if t == nil {
+		return nil
+	}
+	return func(id int, start, end time.Time) {
+		t(Span{Stage: stage, Lane: fmt.Sprintf("%s worker %d", kind, id), Batch: w.batch.req.id, Wave: w.index, Start: start, End: end, Bytes: bytes})
+	}
+}
