@@ -50,6 +50,14 @@ Each ceiling is also given as output GB/s (its rate scaled by the run's
 output bytes per byte it handles), and the throughput as a fraction of the
 lowest one.
 
+--trace FILE writes Chrome trace-event JSON (open it in Perfetto or
+chrome://tracing): the run's phases, each pop and consumer hold, and the
+pipeline's stage spans on one row per lane: the planner, each IO worker
+(its reads of each wave), each CPU worker (its decoding of each wave), and
+on the CUDA engine the copy, decode and assemble streams (each wave's H2D
+copy, nvCOMP decode and assembly, placed on the host clock from CUDA
+events).
+
 SCENARIO is a file or a built-in name: ` + strings.Join(builtinNames(), ", ") + `.
 
 ` + scenarioHelp + `
@@ -316,6 +324,9 @@ func stream(ctx context.Context, e *env, sc *Scenario, bs *boxSet, rep *benchRep
 	t0 := time.Now()
 	cfg := pipelineConfig(sc)
 	cfg.Logger = newLogger(e.stderr)
+	if tr != nil {
+		cfg.Trace = tr.pipelineSpan
+	}
 	p, err := pipeline.New(cfg)
 	if err != nil {
 		return pipeline.Stats{}, err

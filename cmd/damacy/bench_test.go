@@ -78,13 +78,22 @@ func TestBenchSmoke(t *testing.T) {
 	if err := json.Unmarshal(b, &tr); err != nil {
 		t.Fatal(err)
 	}
-	pops, phases := 0, map[string]bool{}
+	pops, phases, stages := 0, map[string]bool{}, map[string]bool{}
 	for _, e := range tr.TraceEvents {
 		if e.Ph == "X" && e.TID == traceRowPop {
 			pops++
 		}
 		if e.Ph == "X" && e.TID == traceRowPhases {
 			phases[e.Name] = true
+		}
+		if e.Ph == "X" && e.TID >= firstLaneRow {
+			stages[e.Cat] = true
+		}
+	}
+	// And the pipeline's own stage spans, on rows per worker.
+	for _, st := range []string{"plan", "read", "decode", "assemble"} {
+		if !stages[st] {
+			t.Errorf("trace has no pipeline %q spans (has %v)", st, stages)
 		}
 	}
 	if pops != sc.Run.Warmup+sc.Run.Batches {
