@@ -2,8 +2,36 @@
 // float32 or bfloat16 tensors, in GPU memory (the CUDA engine) or in host
 // memory (the host engine).
 //
-// It owns: Config, Sample, Pipeline, Batch, Stats and the error type; the
-// planner, metadata caches, IO, staging, decode and assemble stages.
+// It owns: Config, Sample, Pipeline, Batch, Stats, Span and the error type;
+// the planner, metadata caches, IO, staging, decode and assemble stages.
+//
+// # Data flow
+//
+// Push (or PushSeq) queues samples; a feeder moves them into the lookahead
+// as it has room, and a batcher cuts batches (Flush cuts a ragged one).
+// Both engines then run the same stages, each on its own goroutine:
+//
+//   - plan: open arrays (an LRU of metadata) and plan every box with
+//     package zarr through an LRU of shard indexes; a chunk several samples
+//     need is one job; jobs are sorted by file and offset, packed into
+//     waves that fit a staging slab and a decode arena, and adjacent reads
+//     are coalesced under a cap.
+//   - read: IO workers pread each wave's ranges into a staging slab through
+//     an fd cache (single-flight opens, bounded by RLIMIT_NOFILE).
+//   - decode and assemble: the host engine decodes on CPU workers into an
+//     arena and runs ptx.AssembleHost into the batch slot. The CUDA engine
+//     routes each chunk at plan time (nvCOMP, or a CPU worker for a
+//     measured share of them and for codecs nvCOMP lacks), checks the bytes
+//     on the host (checksums, zstd frame headers, LZ4 block walks), copies
+//     the slab's used prefix with nvCOMP's argument arrays and the assemble
+//     ops in one H2D copy, decodes with nvCOMP into the wave's arena,
+//     reduces the statuses on the device, and runs the assemble kernel,
+//     on copy, decode and assemble streams chained by events; a retire
+//     thread waits on each wave in order (with a deadline).
+//
+// All memory is reserved at New (batch slots at the first Push when the
+// sample shape comes from it); a configuration that cannot work fails
+// there with ErrBudget naming the field to raise.
 //
 // Imports: zarr, cuda, nvcomp, ptx and dlpack. Nothing in the module
 // imports pipeline except cmd/damacy.
