@@ -736,17 +736,7 @@ func (e *cudaEngine) retire(ctx context.Context, in <-chan *cudaWave, out chan<-
 		if !cw.last {
 			continue
 		}
-		r := &result{req: bs.req, slot: bs.slot, err: bs.failed()}
-		if r.err != nil && r.slot != nil {
-			r.slot.unref()
-			r.slot = nil
-		}
-		select {
-		case out <- r:
-		case <-ctx.Done():
-			if r.slot != nil {
-				r.slot.unref()
-			}
+		if !bs.emit(ctx, out) {
 			return
 		}
 	}
@@ -757,7 +747,9 @@ func (e *cudaEngine) retire(ctx context.Context, in <-chan *cudaWave, out chan<-
 func (e *cudaEngine) finish(cw *cudaWave) {
 	b := cw.buf
 	if e.stuck.Load() { // behind a stuck wave: the GPU keeps this one's memory too
-		cw.err = e.sticky.Load()
+		if se := e.sticky.Load(); se != nil {
+			cw.err = se
+		}
 		cw.slab, cw.buf = nil, nil
 		return
 	}

@@ -367,17 +367,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 		if !w.last {
 			continue
 		}
-		r := &result{req: bs.req, slot: bs.slot, err: bs.failed()}
-		if r.err != nil && r.slot != nil {
-			r.slot.unref()
-			r.slot = nil
-		}
-		select {
-		case out <- r:
-		case <-ctx.Done():
-			if r.slot != nil {
-				r.slot.unref()
-			}
+		if !bs.emit(ctx, out) {
 			return
 		}
 	}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -96,6 +97,25 @@ func (bs *batchState) fail(err error) {
 		bs.err = err
 	}
 	bs.mu.Unlock()
+}
+
+// emit hands the finished batch to Pop: its slot, or its error (the slot
+// going back). It reports false when ctx ended first.
+func (bs *batchState) emit(ctx context.Context, out chan<- *result) bool {
+	r := &result{req: bs.req, slot: bs.slot, err: bs.failed()}
+	if r.err != nil && r.slot != nil {
+		r.slot.unref()
+		r.slot = nil
+	}
+	select {
+	case out <- r:
+		return true
+	case <-ctx.Done():
+		if r.slot != nil {
+			r.slot.unref()
+		}
+		return false
+	}
 }
 
 // failed returns the batch's error, if any.
