@@ -420,3 +420,57 @@ func TestConfigValidation(t *testing.T) {
 		t.Errorf("ParseDtype(f16) = %v, want ErrInvalid", err)
 	}
 }
+
+// A sequence blocked in its own code blocks neither Push nor Close, and is
+// stopped once it returns.
+func TestPushSeqBlockedSequence(t *testing.T) {
+	f := &fakeEngine{}
+	cfg, _ := Config{BatchSize: 1, SampleShape: []int{2, 3}}.withDefaults()
+	p, err := start(cfg, f, new(statsSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	stopped := make(chan struct{})
+	seq := func(yield func(Sample) bool) {
+		defer close(stopped)
+		if !yield(sample(0)) {
+			return
+		}
+		<-release // blocks until the test lets it go
+		yield(sample(1))
+	}
+	if err := p.PushSeq(seq); err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Pop(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+	done := make(chan error)
+	go func() { done <- p.Push(sample(5)) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Push blocked behind a blocked sequence")
+	}
+	go func() { done <- p.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close blocked behind a blocked sequence")
+	}
+	close(release)
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sequence was not stopped after Close")
+	}
+}

@@ -240,7 +240,7 @@ func TestHostEngineWaves(t *testing.T) {
 	var mu sync.Mutex
 	stages := map[string]int{}
 	lanes := map[string]bool{}
-	cfg := Config{BatchSize: 6, SampleShape: []int{40, 40, 40}, Device: "cpu", HostBufferBytes: 3 << 20,
+	cfg := Config{BatchSize: 12, SampleShape: []int{40, 40, 40}, Device: "cpu", HostBufferBytes: 3 << 20,
 		DeviceBufferBytes: 1 << 20, MaxChunkBytes: 64 << 10, ComputeThreads: 3, IOThreads: 3,
 		Trace: func(s Span) {
 			mu.Lock()

@@ -73,10 +73,9 @@ type Pipeline struct {
 
 	mu       sync.Mutex
 	closed   bool
-	shape    []int                   // sample shape, fixed by Config or by the first sample
-	queue    []item                  // pushed, not yet in the lookahead
-	seqs     []func() (Sample, bool) // pending PushSeq pulls, in order
-	stops    []func()
+	shape    []int         // sample shape, fixed by Config or by the first sample
+	queue    []item        // pushed, not yet in the lookahead
+	seqs     []pulled      // pending PushSeq sequences, in order; only the feeder pulls and stops them
 	wake     chan struct{} // feeder wake-up (capacity 1)
 	inFlight atomic.Int64  // samples pushed and not yet delivered
 
@@ -128,7 +127,7 @@ func start(cfg Config, eng engine, stats *statsSink) (*Pipeline, error) {
 			return nil, err
 		}
 	}
-	p.wg.Add(3)
+	p.wg.Add(2)
 	go p.feed()
 	go p.batch()
 	go func() {
@@ -164,9 +163,11 @@ func (p *Pipeline) Push(samples ...Sample) error {
 }
 
 // PushSeq queues a sequence of samples that is pulled lazily, as the
-// lookahead frees space, after everything pushed before it. A sample the
-// sequence yields that fails the checks of Push ends the sequence; its
-// error is returned by the Pop of the batch it would have joined.
+// lookahead frees space, after everything pushed before it, on a goroutine
+// of the pipeline (the sequence may block; it must not call the pipeline).
+// A sample the sequence yields that fails the checks of Push ends the
+// sequence; its error is returned by the Pop of the batch it would have
+// joined. Close stops the sequence once its code returns.
 func (p *Pipeline) PushSeq(seq iter.Seq[Sample]) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -174,8 +175,7 @@ func (p *Pipeline) PushSeq(seq iter.Seq[Sample]) error {
 		return newError("push", ErrShutdown, "", nil)
 	}
 	next, stop := iter.Pull(seq)
-	p.seqs = append(p.seqs, next)
-	p.stops = append(p.stops, stop)
+	p.seqs = append(p.seqs, pulled{next, stop})
 	// Samples pushed before the sequence keep their place: the feeder
 	// drains the queue first. A marker keeps later Push calls behind it.
 	p.queue = append(p.queue, item{})
@@ -283,14 +283,10 @@ func (p *Pipeline) Close() error {
 		return nil
 	}
 	p.closed = true
-	stops := p.stops
-	p.stops, p.seqs, p.queue = nil, nil, nil
+	p.queue = nil
 	p.mu.Unlock()
 	p.cancel()
 	p.wg.Wait()
-	for _, stop := range stops {
-		stop()
-	}
 	// Batches already finished but never popped give their slots back.
 	for {
 		select {
@@ -379,9 +375,12 @@ func (p *Pipeline) notifyLocked() {
 }
 
 // feed moves queued samples, then PushSeq sequences, into the lookahead,
-// blocking on the lookahead's capacity (the intake's backpressure).
+// blocking on the lookahead's capacity (the intake's backpressure). It
+// alone pulls and stops the sequences. Close does not wait for it: a
+// sequence blocked in its own code must not block Close; the feeder stops
+// the sequences and exits once that code returns.
 func (p *Pipeline) feed() {
-	defer p.wg.Done()
+	defer p.stopSeqs()
 	for {
 		it, ok := p.nextItem()
 		if !ok {
@@ -400,40 +399,68 @@ func (p *Pipeline) feed() {
 	}
 }
 
+// pulled is a PushSeq sequence being pulled.
+type pulled struct {
+	next func() (Sample, bool)
+	stop func()
+}
+
 // nextItem takes the next intake entry: the head of the queue, or, when the
-// head is a PushSeq marker, the next sample of that sequence.
+// head is a PushSeq marker, the next sample of that sequence. The
+// sequence runs outside the lock, so Push, Pending and Close never wait for
+// the caller's code; Push calls made meanwhile queue behind the marker.
 func (p *Pipeline) nextItem() (item, bool) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for len(p.queue) > 0 {
+	for len(p.queue) > 0 && !p.closed {
 		head := p.queue[0]
 		if head.flush || head.s.URI != "" {
 			p.queue = p.queue[1:]
+			p.mu.Unlock()
 			return head, true
 		}
-		// A PushSeq marker: pull from the oldest sequence. Pulling runs the
-		// caller's iterator; it is done under the lock so that concurrent
-		// Push calls stay behind it.
-		next := p.seqs[0]
-		s, ok := next()
+		seq := p.seqs[0]
+		p.mu.Unlock()
+		s, ok := seq.next()
+		p.mu.Lock()
+		if p.closed {
+			break
+		}
 		if ok {
 			if err := p.checkLocked(s); err != nil {
 				err.Op = "push (sequence)"
 				p.dropSeqLocked()
 				p.inFlight.Add(1)
+				p.mu.Unlock()
+				seq.stop()
 				return item{err: err}, true
 			}
 			p.inFlight.Add(1)
+			p.mu.Unlock()
 			return item{s: cloneSample(s)}, true
 		}
 		p.dropSeqLocked()
+		p.mu.Unlock()
+		seq.stop()
+		p.mu.Lock()
 	}
+	p.mu.Unlock()
 	return item{}, false
 }
 
+// dropSeqLocked removes the head sequence and its queue marker.
 func (p *Pipeline) dropSeqLocked() {
-	p.stops[0]()
-	p.seqs, p.stops, p.queue = p.seqs[1:], p.stops[1:], p.queue[1:]
+	p.seqs, p.queue = p.seqs[1:], p.queue[1:]
+}
+
+// stopSeqs stops every sequence left, as the feeder exits.
+func (p *Pipeline) stopSeqs() {
+	p.mu.Lock()
+	seqs := p.seqs
+	p.seqs = nil
+	p.mu.Unlock()
+	for _, s := range seqs {
+		s.stop()
+	}
 }
 
 // batch cuts the lookahead into batch requests.
