@@ -49,6 +49,7 @@ type cudaEngine struct {
 	decodeS   cuda.Stream
 	asmS      cuda.Stream
 	slabs     chan *cuda.HostBuffer
+	allSlabs  []*cuda.HostBuffer // for close
 	bufs      []*waveBuf
 	bufFree   chan *waveBuf
 	pool      *slotPool
@@ -198,6 +199,7 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 				return err
 			}
 			e.slabs <- h
+			e.allSlabs = append(e.allSlabs, h)
 		}
 		e.bufFree = make(chan *waveBuf, cudaWaveBufs)
 		for range cudaWaveBufs {
@@ -890,8 +892,9 @@ func (e *cudaEngine) close() error {
 					errs = append(errs, ev.Destroy())
 				}
 			}
-			close(e.slabs)
-			for h := range e.slabs {
+			// Every slab, also those of waves still in flight when run
+			// returned: the streams are idle now.
+			for _, h := range e.allSlabs {
 				errs = append(errs, h.Free())
 			}
 			for _, s := range []*cuda.Stream{&e.copyS, &e.decodeS} {
