@@ -57,7 +57,7 @@ gpu-bins:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o .gpu/damacy ./cmd/damacy
 	@# gzip keeps .gpu/ (with nvCOMP) under 60 MiB; run.sh unpacks on the GPU host.
 	gzip -6 -f .gpu/*.test .gpu/damacy
-	@cp .ci/gpu-run.sh .gpu/run.sh && chmod +x .gpu/run.sh
+	@cp .ci/gpu-run.sh .gpu/run.sh && cp .ci/gpu-check.sh .gpu/check.sh && chmod +x .gpu/run.sh .gpu/check.sh
 	@du -sh .gpu
 
 # Fetch the pinned nvCOMP wheel and unpack libnvcomp.so.* into .gpu/nvcomp/.
