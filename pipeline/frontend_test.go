@@ -474,3 +474,41 @@ func TestPushSeqBlockedSequence(t *testing.T) {
 		t.Fatal("the sequence was not stopped after Close")
 	}
 }
+
+func TestShutdownDrains(t *testing.T) {
+	p := newFake(t, Config{BatchSize: 4, SampleShape: []int{2, 3}}, &fakeEngine{})
+	for i := range 6 {
+		if err := p.Push(sample(int64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Nobody pops yet: Shutdown times out and leaves the pipeline open.
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := p.Shutdown(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown with nothing popped: %v, want DeadlineExceeded", err)
+	}
+	if err := p.Push(sample(9)); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("Push after Shutdown: %v, want ErrShutdown", err)
+	}
+	done := make(chan error)
+	go func() { done <- p.Shutdown(context.Background()) }()
+	var got []int64
+	for len(got) < 6 {
+		b, err := p.Pop(context.Background())
+		if err != nil {
+			t.Fatalf("Pop during Shutdown: %v", err)
+		}
+		got = append(got, firstValues(t, b)...)
+		b.Release()
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if len(got) != 6 || got[4] != 4 || got[5] != 5 {
+		t.Fatalf("delivered %v, want 0..5 (the ragged last batch flushed)", got)
+	}
+	if _, err := p.Pop(context.Background()); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("Pop after Shutdown: %v, want ErrShutdown", err)
+	}
+}

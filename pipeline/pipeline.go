@@ -78,6 +78,8 @@ type Pipeline struct {
 	seqs     []pulled      // pending PushSeq sequences, in order; only the feeder pulls and stops them
 	wake     chan struct{} // feeder wake-up (capacity 1)
 	inFlight atomic.Int64  // samples pushed and not yet delivered
+	draining bool          // Shutdown stopped intake
+	popped   chan struct{} // poked (capacity 1) whenever Pop delivers, for Shutdown
 
 	lookahead chan item      // admitted samples
 	reqs      chan *batchReq // batches to the engine
@@ -115,6 +117,7 @@ func start(cfg Config, eng engine, stats *statsSink) (*Pipeline, error) {
 		eng:       eng,
 		stats:     stats,
 		wake:      make(chan struct{}, 1),
+		popped:    make(chan struct{}, 1),
 		lookahead: make(chan item, cfg.LookaheadBatches*cfg.BatchSize),
 		reqs:      make(chan *batchReq, 1),
 		results:   make(chan *result, cfg.LookaheadBatches),
@@ -144,7 +147,7 @@ func start(cfg Config, eng engine, stats *statsSink) (*Pipeline, error) {
 func (p *Pipeline) Push(samples ...Sample) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.draining {
 		return newError("push", ErrShutdown, "", nil)
 	}
 	for i, s := range samples {
@@ -171,7 +174,7 @@ func (p *Pipeline) Push(samples ...Sample) error {
 func (p *Pipeline) PushSeq(seq iter.Seq[Sample]) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.draining {
 		return newError("push", ErrShutdown, "", nil)
 	}
 	next, stop := iter.Pull(seq)
@@ -197,7 +200,7 @@ func (p *Pipeline) Pending() bool {
 func (p *Pipeline) Flush() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.draining {
 		return newError("flush", ErrShutdown, "", nil)
 	}
 	p.queue = append(p.queue, item{flush: true, at: time.Now()})
@@ -250,6 +253,10 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	}
 	p.stats.mu.Unlock()
 	p.inFlight.Add(-n)
+	select {
+	case p.popped <- struct{}{}:
+	default:
+	}
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -300,6 +307,37 @@ func (p *Pipeline) Close() error {
 		break
 	}
 	return p.eng.close()
+}
+
+// Shutdown stops intake (Push, PushSeq and Flush then return ErrShutdown),
+// flushes what was pushed, and waits until every pushed sample has been
+// delivered by Pop (which the caller keeps calling, from another
+// goroutine), then closes the pipeline. If ctx ends first it returns
+// ctx.Err() and leaves the pipeline open: call Close to stop at once.
+// Slots of batches still held are freed when they are released, as with
+// Close.
+func (p *Pipeline) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	if !p.draining {
+		p.queue = append(p.queue, item{flush: true, at: time.Now()})
+		p.draining = true
+		p.notifyLocked()
+	}
+	p.mu.Unlock()
+	for p.inFlight.Load() > 0 {
+		select {
+		case <-p.popped:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.ctx.Done():
+			return nil // closed meanwhile
+		}
+	}
+	return p.Close()
 }
 
 // Stats returns a snapshot of the pipeline's metrics.
