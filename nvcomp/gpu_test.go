@@ -12,10 +12,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 
 	"github.com/damacy-go/damacy/cuda"
 	"github.com/damacy-go/damacy/cuda/cudatest"
@@ -744,32 +745,11 @@ func TestGPUCorruptInput(t *testing.T) {
 	}
 }
 
-// pythonProbe finds the interpreter of the cross-checks (env DAMACY_PYTHON)
-// and checks that it can import numpy and tensorstore.
-var pythonProbe = sync.OnceValues(func() (string, error) {
-	py := os.Getenv("DAMACY_PYTHON")
-	if py == "" {
-		return "", errors.New("DAMACY_PYTHON is not set")
-	}
-	out, err := exec.Command(py, "-c", "import numpy, tensorstore").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%s cannot import numpy and tensorstore: %v: %s", py, err, out)
-	}
-	return py, nil
-})
-
 // mustPython returns the interpreter, or skips the test saying why there is
 // none (fails it when DAMACY_REQUIRE_PYTHON=1).
 func mustPython(t testing.TB) string {
 	t.Helper()
-	py, err := pythonProbe()
-	if err != nil {
-		if os.Getenv("DAMACY_REQUIRE_PYTHON") == "1" {
-			t.Fatalf("DAMACY_REQUIRE_PYTHON=1: %v", err)
-		}
-		t.Skipf("no Python for the tensorstore cross-check: %v", err)
-	}
-	return py
+	return zarrtest.MustHavePython(t, "numpy", "tensorstore")
 }
 
 // TestTensorstoreChunks decodes the inner chunks of sharded zstd arrays

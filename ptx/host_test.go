@@ -13,8 +13,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
-	"strings"
 	"testing"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 func newRand(t testing.TB) *rand.Rand {
@@ -186,20 +187,7 @@ func TestBloscFixtureCurrent(t *testing.T) {
 // skips the test otherwise, or fails it when DAMACY_REQUIRE_PYTHON=1.
 func mustHavePython(t *testing.T) string {
 	t.Helper()
-	python := os.Getenv("DAMACY_PYTHON")
-	var err error
-	if python == "" {
-		err = errors.New("DAMACY_PYTHON is not set")
-	} else if out, e := exec.Command(python, "-c", "import numcodecs, numpy").CombinedOutput(); e != nil {
-		err = fmt.Errorf("%s cannot import numcodecs: %v: %s", python, e, strings.TrimSpace(string(out)))
-	}
-	if err != nil {
-		if os.Getenv("DAMACY_REQUIRE_PYTHON") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	return python
+	return zarrtest.MustHavePython(t, "numcodecs", "numpy")
 }
 
 // TestPlanSplit checks that ops larger than the split limit become several

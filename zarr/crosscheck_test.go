@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -15,9 +14,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 
 	"github.com/damacy-go/damacy/zarr"
 )
@@ -27,32 +27,11 @@ import (
 // fresh random data, and every array is read here over many random boxes
 // and compared, bit for bit, with what the writing library reads back.
 
-// pythonProbe finds the cross-check interpreter (env DAMACY_PYTHON) and
-// checks that it imports what the scripts need.
-var pythonProbe = sync.OnceValues(func() (string, error) {
-	py := os.Getenv("DAMACY_PYTHON")
-	if py == "" {
-		return "", errors.New("DAMACY_PYTHON is not set")
-	}
-	out, err := exec.Command(py, "-c", "import numpy, zarr, numcodecs, tensorstore, crc32c").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%s cannot import numpy, zarr, numcodecs, tensorstore, crc32c: %v\n%s", py, err, out)
-	}
-	return py, nil
-})
-
 // mustHavePython returns the cross-check interpreter, or skips the test
 // (fails it when DAMACY_REQUIRE_PYTHON=1).
 func mustHavePython(t testing.TB) string {
 	t.Helper()
-	py, err := pythonProbe()
-	if err != nil {
-		if os.Getenv("DAMACY_REQUIRE_PYTHON") == "1" {
-			t.Fatalf("python cross-check required (DAMACY_REQUIRE_PYTHON=1): %v", err)
-		}
-		t.Skipf("skipping python cross-check: %v", err)
-	}
-	return py
+	return zarrtest.MustHavePython(t, "numpy", "zarr", "numcodecs", "tensorstore", "crc32c")
 }
 
 func runPython(t *testing.T, py string, args ...string) {

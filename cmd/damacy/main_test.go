@@ -3,13 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // runCmd runs the command in-process and returns its exit code and output.
@@ -156,30 +153,9 @@ func TestPCIeGen(t *testing.T) {
 	}
 }
 
-// pythonProbe finds the interpreter of the cross-checks (env
-// DAMACY_PYTHON) and checks that it imports what the scripts need.
-var pythonProbe = sync.OnceValues(func() (string, error) {
-	py := os.Getenv("DAMACY_PYTHON")
-	if py == "" {
-		return "", errors.New("DAMACY_PYTHON is not set")
-	}
-	out, err := exec.Command(py, "-c", "import numpy, zarr, tensorstore").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%s cannot import numpy, zarr, tensorstore: %v\n%s", py, err, out)
-	}
-	return py, nil
-})
-
 // mustHavePython returns the cross-check interpreter, or skips the test
 // (fails it when DAMACY_REQUIRE_PYTHON=1).
 func mustHavePython(t *testing.T) string {
 	t.Helper()
-	py, err := pythonProbe()
-	if err != nil {
-		if os.Getenv("DAMACY_REQUIRE_PYTHON") == "1" {
-			t.Fatalf("python cross-check required (DAMACY_REQUIRE_PYTHON=1): %v", err)
-		}
-		t.Skipf("skipping python cross-check: %v", err)
-	}
-	return py
+	return zarrtest.MustHavePython(t, "numpy", "zarr", "tensorstore")
 }

@@ -3,44 +3,23 @@ package blosc
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
-)
 
-// pythonProbe finds the interpreter of the cross-checks (env DAMACY_PYTHON)
-// and checks that it imports what the scripts need.
-var pythonProbe = sync.OnceValues(func() (string, error) {
-	py := os.Getenv("DAMACY_PYTHON")
-	if py == "" {
-		return "", errors.New("DAMACY_PYTHON is not set")
-	}
-	out, err := exec.Command(py, "-c", "import numpy, numcodecs, tensorstore").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%s cannot import numpy, numcodecs, tensorstore: %v\n%s", py, err, out)
-	}
-	return py, nil
-})
+	"github.com/damacy-go/damacy/zarr/zarrtest"
+)
 
 // mustHavePython returns the cross-check interpreter, or skips the test
 // (fails it when DAMACY_REQUIRE_PYTHON=1).
 func mustHavePython(t testing.TB) string {
 	t.Helper()
-	py, err := pythonProbe()
-	if err != nil {
-		if os.Getenv("DAMACY_REQUIRE_PYTHON") == "1" {
-			t.Fatalf("python cross-check required (DAMACY_REQUIRE_PYTHON=1): %v", err)
-		}
-		t.Skipf("skipping python cross-check: %v", err)
-	}
-	return py
+	return zarrtest.MustHavePython(t, "numpy", "numcodecs", "tensorstore")
 }
 
 func runPython(t *testing.T, py string, args ...string) {
