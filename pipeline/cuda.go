@@ -14,6 +14,7 @@ import (
 	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/blosc"
 )
 
 // The CUDA engine's fixed geometry.
@@ -79,6 +80,86 @@ type waveBuf struct {
 	plan     *ptx.Plan        // the assemble plan of the wave using the buffer
 }
 
+// nvEntry is one nvCOMP input: a whole zstd or LZ4 chunk, or one stream of
+// a blosc chunk. in is the offset of its bytes in staging, out the offset
+// of its output within the job's decoded bytes.
+type nvEntry struct {
+	job       *job
+	in, inLen int64
+	out, size int64
+}
+
+// descEntries is how many nvCOMP entries the plan reserves for a GPU job:
+// one for a zstd or LZ4 chunk; for blosc, one per 4 KiB of output, more
+// than the splits of any block c-blosc makes at its usual block sizes (a
+// chunk with more streams is decoded on the CPU).
+func descEntries(j *job) int {
+	if j.chunk.Codec.Route().Compression == zarr.CompressionBlosc {
+		return max(1, j.layout.Bytes()/4096)
+	}
+	return 1
+}
+
+// entries returns the nvCOMP inputs of a GPU job, and whether they are
+// zstd (else LZ4), or nil when nvCOMP must not take it: the checks of
+// package nvcomp (a zstd frame with its exact content size, an LZ4 block
+// that decodes to exactly its size within its output) hold for every
+// input, and a blosc chunk has no raw stream.
+func (e *cudaEngine) entries(j *job, c zarr.Compression, payload []byte, poff int64) ([]nvEntry, bool) {
+	n := j.layout.Bytes()
+	switch c {
+	case zarr.CompressionZstd:
+		if poff%e.inAlign == 0 && nvcomp.ZstdGPUCompatible(payload, n) {
+			return []nvEntry{{job: j, in: poff, inLen: int64(len(payload)), size: int64(n)}}, true
+		}
+	case zarr.CompressionLZ4:
+		if len(payload) > 4 && (poff+4)%e.inAlign == 0 && binary.LittleEndian.Uint32(payload) == uint32(n) &&
+			nvcomp.LZ4GPUCheck(payload[4:], n) == nil {
+			return []nvEntry{{job: j, in: poff + 4, inLen: int64(len(payload) - 4), size: int64(n)}}, false
+		}
+	case zarr.CompressionBlosc:
+		f, err := blosc.Parse(payload)
+		if err != nil || f.Header.Nbytes != n || f.Header.Memcpyed() {
+			return nil, false
+		}
+		comp := f.Header.Compressor()
+		zs := comp == blosc.Zstd
+		if !zs && comp != blosc.LZ4 && comp != blosc.LZ4HC {
+			return nil, false
+		}
+		ents := make([]nvEntry, 0, len(f.Streams))
+		for _, st := range f.Streams {
+			in := payload[st.Src : st.Src+st.CSize]
+			off := poff + int64(st.Src)
+			if st.Raw || off%e.inAlign != 0 {
+				return nil, false
+			}
+			if zs && !nvcomp.ZstdGPUCompatible(in, st.Size) || !zs && nvcomp.LZ4GPUCheck(in, st.Size) != nil {
+				return nil, false
+			}
+			ents = append(ents, nvEntry{job: j, in: off, inLen: int64(st.CSize), out: int64(st.Dst), size: int64(st.Size)})
+		}
+		setShuffle(&j.psrc, f.Header)
+		return ents, zs
+	}
+	return nil, false
+}
+
+// setShuffle records in src the shuffle a blosc chunk's decoded bytes are
+// still in, for the gather to undo.
+func setShuffle(src *ptx.Source, h blosc.Header) {
+	switch h.Shuffle() {
+	case blosc.ByteShuffle:
+		src.Shuffle = ptx.ByteShuffle
+	case blosc.BitShuffle:
+		src.Shuffle = ptx.BitShuffle
+	default:
+		src.Shuffle = ptx.NoShuffle
+		return
+	}
+	src.TypeSize, src.BlockSize = h.Typesize, h.Blocksize
+}
+
 // spillCopy is one chunk a CPU worker decoded in place of nvCOMP, to be
 // copied to its arena place (dst, from the buffer base).
 type spillCopy struct {
@@ -91,11 +172,9 @@ type cudaWave struct {
 	*wave
 	slab      *cuda.HostBuffer
 	buf       *waveBuf
-	used      int64  // staging bytes to copy
-	gpu       []*job // chunks nvCOMP decodes: zstd first, then LZ4
+	used      int64     // staging bytes to copy
+	ents      []nvEntry // nvCOMP's inputs: zstd first, then LZ4
 	nZstd     int
-	zstdCap   int // sum of the zstd capacities
-	lz4Cap    int
 	descOff   int64 // offset of nvCOMP's argument arrays in staging
 	plan      *ptx.Plan
 	opsOff    int64
@@ -327,7 +406,7 @@ func (e *cudaEngine) route(j *job) {
 	n := int64(j.layout.Bytes())
 	r := j.chunk.Codec.Route()
 	eligible := e.zstd != nil && r.Simple && !j.src.cpuOnly.Load() &&
-		(r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4)
+		(r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4 || r.Compression == zarr.CompressionBlosc)
 	if eligible {
 		if e.cpuShare >= float64(n) {
 			e.cpuShare -= float64(n)
@@ -338,7 +417,7 @@ func (e *cudaEngine) route(j *job) {
 	}
 	j.gpu = eligible
 	if j.gpu {
-		j.slabCost = j.chunk.Length + jobDescBytes + statusBytes
+		j.slabCost = j.chunk.Length + int64(descEntries(j))*(jobDescBytes+statusBytes)
 		j.arenaCost = n
 		return
 	}
@@ -456,15 +535,24 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		end = max(end, align(r.slabOff+r.length))
 	}
 	// Final routing, now that the bytes are here: checksums are verified
-	// and stripped; raw chunks are read in place; frames nvCOMP cannot
-	// take are decoded on the CPU, into the slab when planned so, else
-	// into the spill buffer, from which submit copies them to their arena
-	// place (and their array is routed to the CPU from then on).
+	// and stripped; raw chunks are read in place; zstd, LZ4 and blosc
+	// (lz4 or zstd streams) chunks that pass nvCOMP's checks become nvCOMP
+	// entries; the others are decoded on the CPU, into the slab when
+	// planned so, else into the spill buffer, from which submit copies
+	// them to their arena place.
 	var cpu, spill []*job
 	where := map[*job]int64{} // decoded bytes' offset from the wave buffer's base
-	var zstdJobs, lz4Jobs []*job
+	var zstdEnts, lz4Ents []nvEntry
+	entryBudget := 0 // descriptor entries the plan reserved for the wave's GPU jobs
+	for _, ji := range w.jobs {
+		if j := bp.jobs[ji]; j.gpu {
+			entryBudget += descEntries(j)
+		}
+	}
 	for _, ji := range w.jobs {
 		j := bp.jobs[ji]
+		j.bloscPayload = nil
+		j.psrc.Shuffle, j.psrc.TypeSize, j.psrc.BlockSize = ptx.NoShuffle, 0, 0
 		stored := slab[j.slabOff : j.slabOff+j.chunk.Length]
 		r := j.chunk.Codec.Route()
 		var payload []byte
@@ -477,21 +565,37 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		}
 		poff := j.slabOff + int64(payloadOffset(stored, payload))
 		n := j.layout.Bytes()
-		switch {
-		case r.Simple && r.Compression == zarr.CompressionNone && len(payload) == n && poff%int64(j.src.dtype.Size()) == 0:
+		if r.Simple && r.Compression == zarr.CompressionNone && len(payload) == n && poff%int64(j.src.dtype.Size()) == 0 {
 			where[j] = poff
-		case !j.gpu:
-			cpu = append(cpu, j)
-		case r.Compression == zarr.CompressionZstd && poff%e.inAlign == 0 && nvcomp.ZstdGPUCompatible(payload, n):
-			j.payOff, j.payLen = poff, int64(len(payload))
-			zstdJobs = append(zstdJobs, j)
-		case r.Compression == zarr.CompressionLZ4 && len(payload) > 4 && (poff+4)%e.inAlign == 0 &&
-			binary.LittleEndian.Uint32(payload) == uint32(n) && nvcomp.LZ4GPUCheck(payload[4:], n) == nil:
-			j.payOff, j.payLen = poff+4, int64(len(payload)-4)
-			lz4Jobs = append(lz4Jobs, j)
+			continue
+		}
+		var ents []nvEntry
+		var zs bool
+		if j.gpu {
+			ents, zs = e.entries(j, r.Compression, payload, poff)
+			if len(ents) > 0 && len(zstdEnts)+len(lz4Ents)+len(ents) > entryBudget {
+				ents = nil // more streams than the plan reserved room for
+			}
+		}
+		switch {
+		case len(ents) > 0 && zs:
+			zstdEnts = append(zstdEnts, ents...)
+		case len(ents) > 0:
+			lz4Ents = append(lz4Ents, ents...)
 		default:
-			j.src.cpuOnly.Store(true)
-			spill = append(spill, j)
+			if r.Simple && r.Compression == zarr.CompressionBlosc {
+				// The CPU leaves blosc's shuffle to the gather, as nvCOMP does.
+				if h, err := blosc.ParseHeader(payload); err == nil {
+					j.bloscPayload = payload
+					setShuffle(&j.psrc, h)
+				}
+			}
+			if j.gpu {
+				j.src.noteSpill()
+				spill = append(spill, j)
+			} else {
+				cpu = append(cpu, j)
+			}
 		}
 	}
 	// CPU-decoded chunks land after the reads.
@@ -539,32 +643,28 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		cw.spill = append(cw.spill, spillCopy{dst: cw.buf.arena + j.decOff, src: spillBuf[j.decOff : j.decOff+int64(j.layout.Bytes())]})
 	}
 	// nvCOMP's argument arrays: ptrs, sizes, out ptrs, capacities, actual
-	// sizes, expected sizes (8 bytes each), then statuses.
-	cw.gpu = append(zstdJobs, lz4Jobs...)
-	cw.nZstd = len(zstdJobs)
+	// sizes, expected sizes (8 bytes each), then statuses; zstd entries
+	// first, then LZ4.
+	cw.ents = append(zstdEnts, lz4Ents...)
+	cw.nZstd = len(zstdEnts)
 	var arena int64
 	base := int64(cw.buf.base)
-	for _, j := range cw.gpu {
+	for _, en := range cw.ents {
+		j := en.job
 		where[j] = cw.buf.arena + j.decOff
 		arena = max(arena, j.decOff+int64(j.layout.Bytes()))
 	}
-	n := int64(len(cw.gpu))
+	n := int64(len(cw.ents))
 	cw.descOff = end
 	desc := slab[end : end+n*jobDescBytes]
-	for i, j := range cw.gpu {
+	for i, en := range cw.ents {
 		put := func(k int, v uint64) { binary.LittleEndian.PutUint64(desc[(int64(k)*n+int64(i))*8:], v) }
-		c := j.layout.Bytes()
-		put(0, uint64(base+j.payOff))
-		put(1, uint64(j.payLen))
-		put(2, uint64(base+where[j]))
-		put(3, uint64(c))
+		put(0, uint64(base+en.in))
+		put(1, uint64(en.inLen))
+		put(2, uint64(base+cw.buf.arena+en.job.decOff+en.out))
+		put(3, uint64(en.size))
 		put(4, 0)
-		put(5, uint64(c))
-		if i < cw.nZstd {
-			cw.zstdCap += c
-		} else {
-			cw.lz4Cap += c
-		}
+		put(5, uint64(en.size))
 	}
 	end += align(n*jobDescBytes + n*statusBytes)
 	// The assemble ops, with every source addressed from the buffer base.
@@ -610,7 +710,7 @@ func payloadOffset(stored, payload []byte) int {
 func (e *cudaEngine) submit(cw *cudaWave) error {
 	b, sl := cw.buf, cw.batch.slot
 	slab := cw.slab.Bytes()
-	n := len(cw.gpu)
+	n := len(cw.ents)
 	first := cw.index == 0
 	err := e.ex.Do(func() error {
 		if err := b.start.Record(e.copyS); err != nil {
@@ -636,15 +736,28 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 				return &nvcomp.Batch{N: count, CompressedPtrs: arr(0, from), CompressedBytes: arr(1, from), OutputPtrs: arr(2, from),
 					OutputCapacities: arr(3, from), TotalCapacity: capacity, OutputSizes: arr(4, from), Statuses: statuses + cuda.DevicePtr(4*from)}
 			}
-			if cw.nZstd > 0 {
-				if err := e.zstd.Decode(e.decodeS, batch(0, cw.nZstd, cw.zstdCap)); err != nil {
+			// One batched call per run of entries within the decoder's
+			// limits (chunks per call, total output); calls on one stream
+			// run in order, sharing the decoder's temp space.
+			for from := 0; from < n; {
+				d := e.zstd
+				last := cw.nZstd
+				if from >= cw.nZstd {
+					d, last = e.lz4, n
+				}
+				cfg := d.Config()
+				to, total := from, 0
+				for to < last && to-from < cfg.MaxChunks && total+int(cw.ents[to].size) <= cfg.MaxTotalBytes {
+					total += int(cw.ents[to].size)
+					to++
+				}
+				if to == from {
+					return fmt.Errorf("nvcomp: entry of %d bytes exceeds the decoder's %d", cw.ents[from].size, cfg.MaxTotalBytes)
+				}
+				if err := d.Decode(e.decodeS, batch(from, to-from, total)); err != nil {
 					return err
 				}
-			}
-			if m := n - cw.nZstd; m > 0 {
-				if err := e.lz4.Decode(e.decodeS, batch(cw.nZstd, m, cw.lz4Cap)); err != nil {
-					return err
-				}
+				from = to
 			}
 			if err := e.kernels.ReduceStatus(e.decodeS, statuses, arr(4, 0), arr(5, 0), n, b.summary); err != nil {
 				return err
@@ -775,9 +888,13 @@ func (e *cudaEngine) finish(cw *cudaWave) {
 	dec, _ := cuda.EventElapsedTime(b.decStart, b.dec)
 	asm, _ := cuda.EventElapsedTime(b.dec, b.done)
 	var in, outB int64
-	for _, j := range cw.gpu {
-		in += j.payLen
-		outB += int64(j.layout.Bytes())
+	jobs := 0
+	for i, en := range cw.ents {
+		in += en.inLen
+		outB += en.size
+		if i == 0 || cw.ents[i-1].job != en.job {
+			jobs++
+		}
 	}
 	elems := int64(0)
 	for _, op := range cw.plan.Ops() {
@@ -802,15 +919,15 @@ func (e *cudaEngine) finish(cw *cudaWave) {
 	}
 	e.stats.update(func(s *Stats) {
 		s.H2D.add(h2d, cw.used, cw.used)
-		if len(cw.gpu) > 0 {
+		if len(cw.ents) > 0 {
 			s.Decompress.add(dec, in, outB)
-			s.ChunksGPU += int64(len(cw.gpu))
-			s.ChunksDecoded += int64(len(cw.gpu))
+			s.ChunksGPU += int64(jobs)
+			s.ChunksDecoded += int64(jobs)
 		}
 		s.Assemble.add(asm, 0, elems*int64(e.layout.Dtype.Size()))
 		s.WavesEmitted++
 	})
-	if len(cw.gpu) == 0 {
+	if len(cw.ents) == 0 {
 		return
 	}
 	sum, err := ptx.DecodeStatusSummary(b.sumHost.Bytes())
@@ -820,11 +937,11 @@ func (e *cudaEngine) finish(cw *cudaWave) {
 	}
 	if sum.Bad > 0 {
 		i := int(sum.First)
-		if i >= len(cw.gpu) {
+		if i >= len(cw.ents) {
 			cw.err = errorf("decode", ErrDecode, "", "%d chunks failed to decode on the GPU", sum.Bad)
 			return
 		}
-		j := cw.gpu[i]
+		j := cw.ents[i].job
 		cerr := nvcomp.CheckChunk(i, nvcomp.Status(sum.Status), sum.Actual, int(sum.Expected))
 		cw.err = errorf("decode", ErrDecode, j.src.uri, "chunk %s at offset %d (%d bytes), nvCOMP: %v (%d chunks of the wave failed)", j.chunk.Key, j.chunk.Offset, j.chunk.Length, cerr, sum.Bad)
 	}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/blosc"
 )
 
 // hostSlabs is the number of staging slabs: one filling, one being decoded,
@@ -155,7 +157,18 @@ func (s *stages) decodeCPU(ctx context.Context, w *wave, slab []byte, pick func(
 		j := sel[i]
 		d := <-s.decs
 		defer func() { s.decs <- d }()
-		if err := d.Decode(dst(j), &j.chunk, slab[j.slabOff:j.slabOff+j.chunk.Length]); err != nil {
+		out := dst(j)
+		if j.bloscPayload != nil {
+			// The gather undoes the shuffle (psrc says how).
+			if n, err := blosc.DecodeNoUnshuffle(out, j.bloscPayload); err != nil || n != len(out) {
+				if err == nil {
+					err = fmt.Errorf("blosc chunk of %d bytes, want %d", n, len(out))
+				}
+				return decodeError(j, err)
+			}
+			return nil
+		}
+		if err := d.Decode(out, &j.chunk, slab[j.slabOff:j.slabOff+j.chunk.Length]); err != nil {
 			return decodeError(j, err)
 		}
 		return nil

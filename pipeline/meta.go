@@ -85,10 +85,20 @@ type source struct {
 	dtype ptx.Dtype
 	fill  uint32 // fill value as float32 bits, as the kernels take it
 
-	// cpuOnly is set once nvCOMP had to refuse a chunk of this array (a
-	// zstd frame without a content size, say): the CUDA engine plans its
+	// cpuOnly is set once nvCOMP has had to refuse a good share of this
+	// array's chunks (zstd frames without a content size, blosc chunks of
+	// another compressor or with raw streams): the CUDA engine plans its
 	// chunks for the CPU from then on.
 	cpuOnly atomic.Bool
+	spills  atomic.Int64
+}
+
+// noteSpill counts a chunk nvCOMP refused; after a few, the array goes to
+// the CPU.
+func (s *source) noteSpill() {
+	if s.spills.Add(1) >= 8 {
+		s.cpuOnly.Store(true)
+	}
 }
 
 // metaCache opens arrays and reads shard indexes, through two LRUs.

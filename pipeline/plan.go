@@ -27,12 +27,11 @@ type job struct {
 	slabCost  int64 // staging bytes the job needs
 	arenaCost int64 // decoded-arena bytes the job needs
 
-	slabOff  int64 // where its stored bytes land in the slab
-	payOff   int64 // CUDA engine: where nvCOMP's input starts in the slab
-	payLen   int64 // and its length
-	decOff   int64 // where its decoded bytes go: in the slab when decInSlab, else in the arena
-	readOp   int   // the read op that brings it in
-	waveUses int   // copies that read it
+	slabOff      int64  // where its stored bytes land in the slab
+	bloscPayload []byte // CUDA engine: a blosc chunk the CPU decodes without unshuffling
+	decOff       int64  // where its decoded bytes go: in the slab when decInSlab, else in the arena
+	readOp       int    // the read op that brings it in
+	waveUses     int    // copies that read it
 }
 
 // copyOp places one block of a sample: from a job's decoded chunk, or
