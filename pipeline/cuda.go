@@ -90,12 +90,13 @@ type nvEntry struct {
 }
 
 // descEntries is how many nvCOMP entries the plan reserves for a GPU job:
-// one for a zstd or LZ4 chunk; for blosc, one per 4 KiB of output, more
-// than the splits of any block c-blosc makes at its usual block sizes (a
-// chunk with more streams is decoded on the CPU).
+// one for a zstd or LZ4 chunk; for blosc, one per 4 KiB of output and at
+// least 16 (the most splits of a block), more than the streams c-blosc
+// writes at its usual block sizes (a chunk with more streams is decoded on
+// the CPU).
 func descEntries(j *job) int {
 	if j.chunk.Codec.Route().Compression == zarr.CompressionBlosc {
-		return max(1, j.layout.Bytes()/4096)
+		return max(16, j.layout.Bytes()/4096)
 	}
 	return 1
 }
@@ -315,7 +316,7 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 	}
 	if e.lib != nil {
 		decoder = fmt.Sprintf("nvcomp %s + cpu", e.lib.Version)
-		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, zstd and LZ4 chunks decoded by nvCOMP, others on the CPU", "device", e.ordinal, "nvcomp", e.lib.Path)
+		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, zstd, LZ4 and blosc (zstd or lz4) chunks decoded by nvCOMP, others on the CPU", "device", e.ordinal, "nvcomp", e.lib.Path)
 	} else {
 		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, chunks decoded on the CPU (nvCOMP not loaded)", "device", e.ordinal, "reason", libErr)
 	}
@@ -534,12 +535,29 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	for _, r := range w.reads {
 		end = max(end, align(r.slabOff+r.length))
 	}
-	// Final routing, now that the bytes are here: checksums are verified
-	// and stripped; raw chunks are read in place; zstd, LZ4 and blosc
-	// (lz4 or zstd streams) chunks that pass nvCOMP's checks become nvCOMP
-	// entries; the others are decoded on the CPU, into the slab when
+	// Final routing, now that the bytes are here (see check); the chunks
+	// nvCOMP does not take are decoded on the CPU, into the slab when
 	// planned so, else into the spill buffer, from which submit copies
-	// them to their arena place.
+	// them to their arena place. The checks read the chunks nvCOMP may
+	// take (checksums, LZ4 sequences), so CPU workers run them in
+	// parallel; the lists are then built in wave order.
+	checks := make([]chunkCheck, len(w.jobs))
+	var checked atomic.Int64
+	t := time.Now()
+	err := e.cpu.run(ctx, len(w.jobs), func(i int) error {
+		j := bp.jobs[w.jobs[i]]
+		c, err := e.check(j, slab[j.slabOff:j.slabOff+j.chunk.Length])
+		if j.gpu {
+			checked.Add(j.chunk.Length)
+		}
+		checks[i] = c
+		return err
+	}, e.trace.workers("check", "cpu", w, 0))
+	e.stats.update(func(st *Stats) { st.Check.add(time.Since(t), checked.Load(), 0) })
+	if err != nil {
+		fail(err)
+		return
+	}
 	var cpu, spill []*job
 	where := map[*job]int64{} // decoded bytes' offset from the wave buffer's base
 	var zstdEnts, lz4Ents []nvEntry
@@ -549,53 +567,27 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 			entryBudget += descEntries(j)
 		}
 	}
-	for _, ji := range w.jobs {
-		j := bp.jobs[ji]
-		j.bloscPayload = nil
-		j.psrc.Shuffle, j.psrc.TypeSize, j.psrc.BlockSize = ptx.NoShuffle, 0, 0
-		stored := slab[j.slabOff : j.slabOff+j.chunk.Length]
-		r := j.chunk.Codec.Route()
-		var payload []byte
-		if r.Simple {
-			var err error
-			if payload, err = j.chunk.Payload(stored); err != nil {
-				fail(decodeError(j, err))
-				return
-			}
-		}
-		poff := j.slabOff + int64(payloadOffset(stored, payload))
-		n := j.layout.Bytes()
-		if r.Simple && r.Compression == zarr.CompressionNone && len(payload) == n && poff%int64(j.src.dtype.Size()) == 0 {
-			where[j] = poff
+	for i, ji := range w.jobs {
+		j, c := bp.jobs[ji], &checks[i]
+		if c.inPlace {
+			where[j] = c.poff
 			continue
 		}
-		var ents []nvEntry
-		var zs bool
-		if j.gpu {
-			ents, zs = e.entries(j, r.Compression, payload, poff)
-			if len(ents) > 0 && len(zstdEnts)+len(lz4Ents)+len(ents) > entryBudget {
-				ents = nil // more streams than the plan reserved room for
-			}
+		ents := c.ents
+		if len(ents) > 0 && len(zstdEnts)+len(lz4Ents)+len(ents) > entryBudget {
+			ents = nil // more streams than the plan reserved room for
+			c.cpuPrep(j)
 		}
 		switch {
-		case len(ents) > 0 && zs:
+		case len(ents) > 0 && c.zstd:
 			zstdEnts = append(zstdEnts, ents...)
 		case len(ents) > 0:
 			lz4Ents = append(lz4Ents, ents...)
+		case j.gpu:
+			j.src.noteSpill()
+			spill = append(spill, j)
 		default:
-			if r.Simple && r.Compression == zarr.CompressionBlosc {
-				// The CPU leaves blosc's shuffle to the gather, as nvCOMP does.
-				if h, err := blosc.ParseHeader(payload); err == nil {
-					j.bloscPayload = payload
-					setShuffle(&j.psrc, h)
-				}
-			}
-			if j.gpu {
-				j.src.noteSpill()
-				spill = append(spill, j)
-			} else {
-				cpu = append(cpu, j)
-			}
+			cpu = append(cpu, j)
 		}
 	}
 	// CPU-decoded chunks land after the reads.
@@ -618,8 +610,8 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		off, n := j.decOff, int64(j.layout.Bytes())
 		dst[j] = spillBuf[off : off+n : off+n]
 	}
-	t := time.Now()
-	err := e.decodeCPU(ctx, w, slab, func(j *job) bool { return dst[j] != nil }, func(j *job) []byte { return dst[j] })
+	t = time.Now()
+	err = e.decodeCPU(ctx, w, slab, func(j *job) bool { return dst[j] != nil }, func(j *job) []byte { return dst[j] })
 	if err != nil {
 		fail(err)
 		return
@@ -694,6 +686,61 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		return
 	}
 	cw.used = end
+}
+
+// chunkCheck is how one chunk of a loaded wave is decoded: read in place
+// (raw bytes at poff in the slab), by nvCOMP (ents, zstd or LZ4), or else
+// on the CPU.
+type chunkCheck struct {
+	inPlace bool
+	poff    int64
+	ents    []nvEntry
+	zstd    bool
+	payload []byte // the blosc frame, for cpuPrep
+}
+
+// cpuPrep readies job j for the CPU decoder: a blosc chunk is decoded
+// without its unshuffle, which the gather undoes, as for nvCOMP.
+func (c *chunkCheck) cpuPrep(j *job) {
+	r := j.chunk.Codec.Route()
+	if !r.Simple || r.Compression != zarr.CompressionBlosc {
+		return
+	}
+	if h, err := blosc.ParseHeader(c.payload); err == nil {
+		j.bloscPayload = c.payload
+		setShuffle(&j.psrc, h)
+	}
+}
+
+// check routes one chunk of a loaded wave (stored: its bytes in the slab):
+// its checksum is verified and stripped; a raw chunk is read in place; a
+// zstd, LZ4 or blosc (lz4 or zstd streams) chunk routed to the GPU that
+// passes nvCOMP's checks becomes nvCOMP entries; the others go to the CPU.
+// It touches only j, so checks of a wave run in parallel.
+func (e *cudaEngine) check(j *job, stored []byte) (chunkCheck, error) {
+	j.bloscPayload = nil
+	j.psrc.Shuffle, j.psrc.TypeSize, j.psrc.BlockSize = ptx.NoShuffle, 0, 0
+	r := j.chunk.Codec.Route()
+	var c chunkCheck
+	if r.Simple {
+		var err error
+		if c.payload, err = j.chunk.Payload(stored); err != nil {
+			return c, decodeError(j, err)
+		}
+	}
+	c.poff = j.slabOff + int64(payloadOffset(stored, c.payload))
+	n := j.layout.Bytes()
+	if r.Simple && r.Compression == zarr.CompressionNone && len(c.payload) == n && c.poff%int64(j.src.dtype.Size()) == 0 {
+		c.inPlace = true
+		return c, nil
+	}
+	if j.gpu {
+		c.ents, c.zstd = e.entries(j, r.Compression, c.payload, c.poff)
+	}
+	if len(c.ents) == 0 {
+		c.cpuPrep(j)
+	}
+	return c, nil
 }
 
 // payloadOffset is where payload starts inside stored (a sub-slice of it).

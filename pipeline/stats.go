@@ -33,6 +33,7 @@ type Stats struct {
 
 	Plan           Metric // box -> chunk jobs, read ops and copy ops, per batch
 	IO             Metric // reads into staging; InBytes = bytes read
+	Check          Metric // host checks of the chunks routed to nvCOMP, per wave: checksums, frame headers, LZ4 walks (CUDA engine); InBytes = bytes checked
 	H2D            Metric // host-to-device copies of staging (CUDA engine)
 	Decompress     Metric // chunk decode; InBytes compressed, OutBytes decoded
 	Assemble       Metric // gather + cast into batch slots; OutBytes = batch bytes

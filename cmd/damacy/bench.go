@@ -178,7 +178,7 @@ func newBenchStats(st pipeline.Stats) benchStats {
 	}
 	return benchStats{
 		Stages: []stageStat{
-			m("plan", st.Plan), m("io", st.IO), m("h2d", st.H2D), m("decompress", st.Decompress),
+			m("plan", st.Plan), m("io", st.IO), m("check", st.Check), m("h2d", st.H2D), m("decompress", st.Decompress),
 			m("assemble", st.Assemble), m("pop wait io", st.PopWaitIO),
 			m("pop wait compute", st.PopWaitCompute), m("flush wait", st.FlushWait),
 		},

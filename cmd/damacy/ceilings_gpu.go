@@ -13,6 +13,7 @@ import (
 	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/blosc"
 )
 
 // gpuLine names the GPU of device "cuda:N" and the driver's CUDA version.
@@ -206,37 +207,91 @@ func assembleOnlyGPU(ab *assembleBench) (c ceiling, err error) {
 // times this.
 const nvcompMaxBytes = 256 << 20
 
-// nvcompDecodeOnly times nvCOMP's batched zstd over the sample's chunks
-// that it may decode (simple zstd chunks that nvcomp.ZstdGPUCompatible
-// accepts), in one batched call repeated on one stream, and checks every
-// chunk's status and size once.
+// nvcompInputs are the inputs of one batched nvCOMP call: compressed
+// streams and their decoded sizes.
+type nvcompInputs struct {
+	payloads [][]byte
+	sizes    []int
+	total    int
+}
+
+func (in *nvcompInputs) add(p []byte, n int) {
+	in.payloads, in.sizes = append(in.payloads, p), append(in.sizes, n)
+	in.total += n
+}
+
+// nvcompStreams returns what nvCOMP decodes of a chunk's payload (n
+// decoded bytes), by the CUDA engine's rules: a zstd frame that
+// nvcomp.ZstdGPUCompatible accepts, an LZ4 block (past numcodecs' size
+// prefix) that passes nvcomp.LZ4GPUCheck, or the streams of a blosc chunk
+// compressed with zstd or LZ4, every one passing those checks. ok is false
+// when the CUDA engine would decode the chunk on the CPU.
+func nvcompStreams(c zarr.Compression, p []byte, n int) (streams [][]byte, sizes []int, zstd, ok bool) {
+	switch c {
+	case zarr.CompressionZstd:
+		return [][]byte{p}, []int{n}, true, nvcomp.ZstdGPUCompatible(p, n)
+	case zarr.CompressionLZ4:
+		ok = len(p) > 4 && binary.LittleEndian.Uint32(p) == uint32(n) && nvcomp.LZ4GPUCheck(p[4:], n) == nil
+		if ok {
+			return [][]byte{p[4:]}, []int{n}, false, true
+		}
+	case zarr.CompressionBlosc:
+		f, err := blosc.Parse(p)
+		if err != nil || f.Header.Nbytes != n || f.Header.Memcpyed() {
+			return nil, nil, false, false
+		}
+		comp := f.Header.Compressor()
+		zstd = comp == blosc.Zstd
+		if !zstd && comp != blosc.LZ4 && comp != blosc.LZ4HC {
+			return nil, nil, false, false
+		}
+		for _, st := range f.Streams {
+			in := p[st.Src : st.Src+st.CSize]
+			if st.Raw || zstd && !nvcomp.ZstdGPUCompatible(in, st.Size) || !zstd && nvcomp.LZ4GPUCheck(in, st.Size) != nil {
+				return nil, nil, false, false
+			}
+			streams, sizes = append(streams, in), append(sizes, st.Size)
+		}
+		return streams, sizes, zstd, true
+	}
+	return nil, nil, false, false
+}
+
+// nvcompDecodeOnly times nvCOMP's batched decoders over what it may decode
+// of the sample's chunks (nvcompStreams): for zstd and for LZ4, up to
+// nvcompMaxBytes of decoded bytes in one batched call repeated on one
+// stream, with every chunk's status and size checked once. The rate is
+// the bytes of both over the time of both.
 func nvcompDecodeOnly(device string, ds *decodeSample) (ceiling, error) {
 	lib, err := nvcomp.Load()
 	if err != nil {
 		return ceiling{}, err
 	}
-	var payloads [][]byte
-	var sizes []int
-	total := 0
+	var zs, lz nvcompInputs
 	for i := range ds.refs {
 		r := &ds.refs[i]
 		rt := r.chunk.Codec.Route()
-		if !rt.Simple || rt.Compression != zarr.CompressionZstd {
+		if !rt.Simple {
 			continue
 		}
 		p, err := r.chunk.Payload(ds.chunk(i))
 		if err != nil {
 			return ceiling{}, err
 		}
-		n := r.decodedBytes()
-		if !nvcomp.ZstdGPUCompatible(p, n) || total+n > nvcompMaxBytes {
+		streams, sizes, zstd, ok := nvcompStreams(rt.Compression, p, r.decodedBytes())
+		in := &lz
+		if zstd {
+			in = &zs
+		}
+		if !ok || in.total+r.decodedBytes() > nvcompMaxBytes {
 			continue
 		}
-		payloads, sizes = append(payloads, p), append(sizes, n)
-		total += n
+		for k, s := range streams {
+			in.add(s, sizes[k])
+		}
 	}
-	if len(payloads) == 0 {
-		return ceiling{}, errors.New("no chunk of the sample is zstd that nvCOMP decodes")
+	if zs.total+lz.total == 0 {
+		return ceiling{}, errors.New("no chunk of the sample is one that nvCOMP decodes")
 	}
 	ex, err := gpuExecutor(device)
 	if err != nil {
@@ -244,12 +299,33 @@ func nvcompDecodeOnly(device string, ds *decodeSample) (ceiling, error) {
 	}
 	defer ex.Close()
 	var c ceiling
-	err = ex.Do(func() error {
-		var err error
-		c, err = nvcompTime(lib, payloads, sizes, total)
-		return err
-	})
-	return c, err
+	var parts []string
+	for _, x := range []struct {
+		alg nvcomp.Algorithm
+		in  *nvcompInputs
+	}{{nvcomp.Zstd, &zs}, {nvcomp.LZ4, &lz}} {
+		if x.in.total == 0 {
+			continue
+		}
+		var bytes int64
+		var el time.Duration
+		err = ex.Do(func() error {
+			var err error
+			bytes, el, err = nvcompTime(lib, x.alg, x.in)
+			return err
+		})
+		if err != nil {
+			return ceiling{}, err
+		}
+		c.Bytes += bytes
+		c.Time += el
+		parts = append(parts, fmt.Sprintf("%s %d streams", x.alg, len(x.in.sizes)))
+	}
+	return ceiling{
+		Name: "decode-only (nvcomp)", Of: "decoded",
+		Detail: fmt.Sprintf("%s, %s, one batched call each, %d calls", lib.Version, strings.Join(parts, " + "), nvcompCalls),
+		Bytes:  c.Bytes, Time: c.Time, GBps: float64(c.Bytes) / c.Time.Seconds() / 1e9, Limits: true,
+	}, nil
 }
 
 // gpuExecutor starts an executor on device "cuda:N".
@@ -265,17 +341,21 @@ func gpuExecutor(device string) (*cuda.Executor, error) {
 	return cuda.NewExecutor(dev)
 }
 
-// nvcompTime lays the payloads out in device memory, decodes them once and
-// checks the statuses, then times repeated decodes. It runs on an
-// executor's thread.
-func nvcompTime(lib *nvcomp.Library, payloads [][]byte, sizes []int, total int) (c ceiling, err error) {
+// nvcompCalls is how many times nvcompTime repeats its batched call.
+const nvcompCalls = 10
+
+// nvcompTime lays the inputs out in device memory, decodes them once with
+// alg and checks the statuses, then times repeated decodes: it returns the
+// bytes decoded and the time. It runs on an executor's thread.
+func nvcompTime(lib *nvcomp.Library, alg nvcomp.Algorithm, ins *nvcompInputs) (bytes int64, el time.Duration, err error) {
+	payloads, sizes, total := ins.payloads, ins.sizes, ins.total
 	maxChunk := 0
 	for _, n := range sizes {
 		maxChunk = max(maxChunk, n)
 	}
-	dec, err := lib.NewDecoder(nvcomp.DecoderConfig{Algorithm: nvcomp.Zstd, MaxChunks: len(payloads), MaxChunkBytes: maxChunk, MaxTotalBytes: total})
+	dec, err := lib.NewDecoder(nvcomp.DecoderConfig{Algorithm: alg, MaxChunks: len(payloads), MaxChunkBytes: maxChunk, MaxTotalBytes: total})
 	if err != nil {
-		return c, err
+		return 0, 0, err
 	}
 	defer dec.Close()
 	al := dec.Alignment()
@@ -308,11 +388,11 @@ func nvcompTime(lib *nvcomp.Library, payloads [][]byte, sizes []int, total int) 
 	}
 	dIn, err := alloc(len(in))
 	if err != nil {
-		return c, err
+		return 0, 0, err
 	}
 	dOut, err := alloc(int(outLen))
 	if err != nil {
-		return c, err
+		return 0, 0, err
 	}
 	n := len(payloads)
 	words := func(f func(i int) uint64) []byte {
@@ -331,22 +411,22 @@ func nvcompTime(lib *nvcomp.Library, payloads [][]byte, sizes []int, total int) 
 	var dArr [4]cuda.DevicePtr
 	for k, a := range arrays {
 		if dArr[k], err = alloc(len(a)); err != nil {
-			return c, err
+			return 0, 0, err
 		}
 		if err := cuda.CopyHtoD(dArr[k], a); err != nil {
-			return c, err
+			return 0, 0, err
 		}
 	}
 	if err := cuda.CopyHtoD(dIn, in); err != nil {
-		return c, err
+		return 0, 0, err
 	}
 	dSizes, err := alloc(8 * n)
 	if err != nil {
-		return c, err
+		return 0, 0, err
 	}
 	dStatus, err := alloc(4 * n)
 	if err != nil {
-		return c, err
+		return 0, 0, err
 	}
 	b := &nvcomp.Batch{
 		N: n, CompressedPtrs: dArr[0], CompressedBytes: dArr[1], OutputPtrs: dArr[2], OutputCapacities: dArr[3],
@@ -354,34 +434,28 @@ func nvcompTime(lib *nvcomp.Library, payloads [][]byte, sizes []int, total int) 
 	}
 	s, err := cuda.NewStream(cuda.StreamNonBlocking)
 	if err != nil {
-		return c, err
+		return 0, 0, err
 	}
 	defer s.Destroy()
-	const count = 10
-	el, err := timeOnStream(s, count, func() error { return dec.Decode(s, b) })
+	el, err = timeOnStream(s, nvcompCalls, func() error { return dec.Decode(s, b) })
 	if err != nil {
-		return c, err
+		return 0, 0, err
 	}
 	// Every chunk must have decoded to its size (the last decode's
 	// statuses; all decodes are of the same data).
 	st := make([]byte, 4*n)
 	sz := make([]byte, 8*n)
 	if err := cuda.CopyDtoH(st, dStatus); err != nil {
-		return c, err
+		return 0, 0, err
 	}
 	if err := cuda.CopyDtoH(sz, dSizes); err != nil {
-		return c, err
+		return 0, 0, err
 	}
 	for i := range n {
 		status := nvcomp.Status(int32(binary.NativeEndian.Uint32(st[4*i:])))
 		if err := nvcomp.CheckChunk(i, status, binary.NativeEndian.Uint64(sz[8*i:]), sizes[i]); err != nil {
-			return c, err
+			return 0, 0, err
 		}
 	}
-	bytes := int64(total) * count
-	return ceiling{
-		Name: "decode-only (nvcomp)", Of: "decoded",
-		Detail: fmt.Sprintf("%s, zstd, %d chunks in one batched call, %d calls", lib.Version, n, count),
-		Bytes:  bytes, Time: el, GBps: float64(bytes) / el.Seconds() / 1e9, Limits: true,
-	}, nil
+	return int64(total) * nvcompCalls, el, nil
 }
