@@ -46,7 +46,10 @@
 // admits single frames whose content size equals the expected size, and
 // LZ4GPUCheck walks an LZ4 block's sequences to prove that it decodes to
 // exactly the expected size inside its own output. Chunks that fail go to
-// the CPU, which decodes them or reports the error. After decoding, the
+// the CPU, which decodes them or reports the error. (On the host the walk
+// costs nearly as much as pierrec's decode, so the pipeline runs its GPU
+// twin, ptx's LZ4 check kernel, just before nvCOMP: a refused block is
+// decoded to nothing, fails the status check, and goes to the CPU then.) After decoding, the
 // caller checks every chunk's status and size (CheckChunk, or a kernel that
 // reduces them), and waits for the GPU with a deadline.
 //

@@ -45,7 +45,8 @@ type cudaEngine struct {
 	lib       *nvcomp.Library
 	zstd      *nvcomp.Decoder
 	lz4       *nvcomp.Decoder
-	inAlign   int64 // nvCOMP's input alignment (outputs are 256-aligned)
+	empty     cuda.DevicePtr // the one-byte empty LZ4 block that ptx.LZ4Check puts in place of a block that fails
+	inAlign   int64          // nvCOMP's input alignment (outputs are 256-aligned)
 	copyS     cuda.Stream
 	decodeS   cuda.Stream
 	asmS      cuda.Stream
@@ -102,10 +103,11 @@ func descEntries(j *job) int {
 }
 
 // entries returns the nvCOMP inputs of a GPU job, and whether they are
-// zstd (else LZ4), or nil when nvCOMP must not take it: the checks of
-// package nvcomp (a zstd frame with its exact content size, an LZ4 block
-// that decodes to exactly its size within its output) hold for every
-// input, and a blosc chunk has no raw stream.
+// zstd (else LZ4), or nil when nvCOMP must not take it: every zstd input
+// is a frame with its exact content size (nvcomp.ZstdGPUCompatible), and a
+// blosc chunk has no raw stream. LZ4 blocks are walked on the GPU instead
+// (ptx.LZ4Check, the twin of nvcomp.LZ4GPUCheck), just before nvCOMP
+// decodes them: on the host the walk costs nearly as much as decoding.
 func (e *cudaEngine) entries(j *job, c zarr.Compression, payload []byte, poff int64) ([]nvEntry, bool) {
 	n := j.layout.Bytes()
 	switch c {
@@ -114,8 +116,7 @@ func (e *cudaEngine) entries(j *job, c zarr.Compression, payload []byte, poff in
 			return []nvEntry{{job: j, in: poff, inLen: int64(len(payload)), size: int64(n)}}, true
 		}
 	case zarr.CompressionLZ4:
-		if len(payload) > 4 && (poff+4)%e.inAlign == 0 && binary.LittleEndian.Uint32(payload) == uint32(n) &&
-			nvcomp.LZ4GPUCheck(payload[4:], n) == nil {
+		if len(payload) > 4 && (poff+4)%e.inAlign == 0 && binary.LittleEndian.Uint32(payload) == uint32(n) {
 			return []nvEntry{{job: j, in: poff + 4, inLen: int64(len(payload) - 4), size: int64(n)}}, false
 		}
 	case zarr.CompressionBlosc:
@@ -135,7 +136,7 @@ func (e *cudaEngine) entries(j *job, c zarr.Compression, payload []byte, poff in
 			if st.Raw || off%e.inAlign != 0 {
 				return nil, false
 			}
-			if zs && !nvcomp.ZstdGPUCompatible(in, st.Size) || !zs && nvcomp.LZ4GPUCheck(in, st.Size) != nil {
+			if zs && !nvcomp.ZstdGPUCompatible(in, st.Size) {
 				return nil, false
 			}
 			ents = append(ents, nvEntry{job: j, in: off, inLen: int64(st.CSize), out: int64(st.Dst), size: int64(st.Size)})
@@ -271,6 +272,12 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 				return err
 			}
 			e.committed += int64(e.zstd.TempBytes() + e.lz4.TempBytes())
+			if e.empty, err = cuda.MemAlloc(256); err != nil {
+				return err
+			}
+			if err := cuda.CopyHtoD(e.empty, []byte{0}); err != nil {
+				return err
+			}
 		}
 		e.slabs = make(chan *cuda.HostBuffer, cudaSlabs)
 		for range cudaSlabs {
@@ -541,17 +548,25 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	// them to their arena place. The checks read the chunks nvCOMP may
 	// take (checksums, LZ4 sequences), so CPU workers run them in
 	// parallel; the lists are then built in wave order.
+	// Tasks take runs of jobs: one task per job costs more in handoffs
+	// than a zstd header check.
 	checks := make([]chunkCheck, len(w.jobs))
 	var checked atomic.Int64
+	tasks := min(len(w.jobs), 4*e.cpu.n)
 	t := time.Now()
-	err := e.cpu.run(ctx, len(w.jobs), func(i int) error {
-		j := bp.jobs[w.jobs[i]]
-		c, err := e.check(j, slab[j.slabOff:j.slabOff+j.chunk.Length])
-		if j.gpu {
-			checked.Add(j.chunk.Length)
+	err := e.cpu.run(ctx, tasks, func(k int) error {
+		for i := k * len(w.jobs) / tasks; i < (k+1)*len(w.jobs)/tasks; i++ {
+			j := bp.jobs[w.jobs[i]]
+			c, err := e.check(j, slab[j.slabOff:j.slabOff+j.chunk.Length])
+			if err != nil {
+				return err
+			}
+			if j.gpu {
+				checked.Add(j.chunk.Length)
+			}
+			checks[i] = c
 		}
-		checks[i] = c
-		return err
+		return nil
 	}, e.trace.workers("check", "cpu", w, 0))
 	e.stats.update(func(st *Stats) { st.Check.add(time.Since(t), checked.Load(), 0) })
 	if err != nil {
@@ -786,6 +801,11 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 			// One batched call per run of entries within the decoder's
 			// limits (chunks per call, total output); calls on one stream
 			// run in order, sharing the decoder's temp space.
+			if cw.nZstd < n {
+				if err := e.kernels.LZ4Check(e.decodeS, arr(0, cw.nZstd), arr(1, cw.nZstd), arr(5, cw.nZstd), n-cw.nZstd, e.empty); err != nil {
+					return err
+				}
+			}
 			for from := 0; from < n; {
 				d := e.zstd
 				last := cw.nZstd
@@ -983,15 +1003,88 @@ func (e *cudaEngine) finish(cw *cudaWave) {
 		return
 	}
 	if sum.Bad > 0 {
-		i := int(sum.First)
-		if i >= len(cw.ents) {
-			cw.err = errorf("decode", ErrDecode, "", "%d chunks failed to decode on the GPU", sum.Bad)
-			return
-		}
-		j := cw.ents[i].job
-		cerr := nvcomp.CheckChunk(i, nvcomp.Status(sum.Status), sum.Actual, int(sum.Expected))
-		cw.err = errorf("decode", ErrDecode, j.src.uri, "chunk %s at offset %d (%d bytes), nvCOMP: %v (%d chunks of the wave failed)", j.chunk.Key, j.chunk.Offset, j.chunk.Length, cerr, sum.Bad)
+		cw.err = e.redo(cw, sum)
 	}
+}
+
+// redo handles a wave whose status summary counts chunks that nvCOMP did
+// not decode (a failed status or a wrong size; an LZ4 block the GPU check
+// refused decodes to nothing). It finds them in the per-chunk statuses,
+// reads and decodes them again on the CPU, copies them to their places in
+// the arena and assembles the wave again, so a chunk that only nvCOMP
+// cannot decode still gives the right data. A chunk the CPU cannot decode
+// either is the wave's ErrDecode. It runs on the retire thread after the
+// wave is done: the wave buffer still holds the wave's assemble ops and
+// arena, and the batch's slot is not yet handed out.
+func (e *cudaEngine) redo(cw *cudaWave, sum ptx.StatusSummary) error {
+	b, n := cw.buf, len(cw.ents)
+	desc := b.base + cuda.DevicePtr(cw.descOff)
+	statuses, actual := make([]byte, 4*n), make([]byte, 8*n)
+	if err := cuda.CopyDtoH(statuses, desc+cuda.DevicePtr(6*n*8)); err != nil {
+		return cudaError("decode", err)
+	}
+	if err := cuda.CopyDtoH(actual, desc+cuda.DevicePtr(4*n*8)); err != nil {
+		return cudaError("decode", err)
+	}
+	var jobs []*job
+	why := map[*job]error{}
+	for i, en := range cw.ents {
+		status := nvcomp.Status(int32(binary.NativeEndian.Uint32(statuses[4*i:])))
+		size := binary.NativeEndian.Uint64(actual[8*i:])
+		if err := nvcomp.CheckChunk(i, status, size, int(en.size)); err != nil && why[en.job] == nil {
+			why[en.job] = err
+			jobs = append(jobs, en.job)
+			en.job.src.noteSpill() // an array whose chunks keep failing goes to the CPU
+		}
+	}
+	if len(jobs) == 0 {
+		return errorf("decode", ErrDecode, "", "%d chunks of the wave failed on the GPU, but their statuses read back clean (status %d, %d bytes of %d)", sum.Bad, sum.Status, sum.Actual, sum.Expected)
+	}
+	for _, j := range jobs {
+		stored := make([]byte, j.chunk.Length)
+		if err := e.fds.read(&readOp{src: j.src, key: j.chunk.Key, offset: j.chunk.Offset, length: j.chunk.Length}, stored); err != nil {
+			return err
+		}
+		out := make([]byte, j.layout.Bytes())
+		if err := e.decodeAgain(j, stored, out); err != nil {
+			return errorf("decode", ErrDecode, j.src.uri, "chunk %s at offset %d (%d bytes): %v (nvCOMP: %v)", j.chunk.Key, j.chunk.Offset, j.chunk.Length, err, why[j])
+		}
+		if err := cuda.CopyHtoD(b.base+cuda.DevicePtr(b.arena+j.decOff), out); err != nil {
+			return cudaError("decode", err)
+		}
+	}
+	ops, blocks := b.base+cuda.DevicePtr(cw.opsOff), b.base+cuda.DevicePtr(cw.blkOff)
+	if err := e.kernels.Assemble(e.asmS, cw.plan, ops, blocks, b.base, b.size, cuda.DevicePtr(cw.batch.slot.dev)); err != nil {
+		return cudaError("assemble", err)
+	}
+	if err := e.asmS.Synchronize(); err != nil {
+		return cudaError("assemble", err)
+	}
+	e.stats.update(func(s *Stats) {
+		s.ChunksGPU -= int64(len(jobs))
+		s.ChunksRedecoded += int64(len(jobs))
+	})
+	return nil
+}
+
+// decodeAgain decodes the stored bytes of a chunk nvCOMP did not decode
+// into out as nvCOMP would have: a blosc chunk without its unshuffle,
+// which the gather undoes.
+func (e *cudaEngine) decodeAgain(j *job, stored, out []byte) error {
+	if j.chunk.Codec.Route().Compression == zarr.CompressionBlosc {
+		payload, err := j.chunk.Payload(stored)
+		if err != nil {
+			return err
+		}
+		n, err := blosc.DecodeNoUnshuffle(out, payload)
+		if err == nil && n != len(out) {
+			err = fmt.Errorf("blosc chunk of %d bytes, want %d", n, len(out))
+		}
+		return err
+	}
+	d := <-e.decs
+	defer func() { e.decs <- d }()
+	return d.Decode(out, &j.chunk, stored)
 }
 
 // waveDeadline bounds the wait for one wave. A wave takes milliseconds;
@@ -1046,6 +1139,9 @@ func (e *cudaEngine) close() error {
 			}
 			if e.lz4 != nil {
 				errs = append(errs, e.lz4.Close())
+			}
+			if e.empty != 0 {
+				errs = append(errs, e.empty.Free())
 			}
 			for _, b := range e.bufs {
 				errs = append(errs, b.base.Free(), b.summary.Free())

@@ -26,6 +26,7 @@ type Kernels struct {
 	statusModule   cuda.Module
 	assemble       cuda.Function
 	reduceStatus   cuda.Function
+	lz4Check       cuda.Function
 }
 
 // Load JIT-compiles the embedded PTX into the current context (the driver
@@ -48,6 +49,9 @@ func load(assemble, status []byte) (*Kernels, error) {
 	if k.assemble, err = k.assembleModule.Function("damacy_assemble"); err == nil {
 		k.reduceStatus, err = k.statusModule.Function("damacy_reduce_status")
 	}
+	if err == nil {
+		k.lz4Check, err = k.statusModule.Function("damacy_lz4_check")
+	}
 	if err != nil {
 		k.Unload()
 		return nil, fmt.Errorf("ptx: %w", err)
@@ -63,7 +67,7 @@ func (k *Kernels) Unload() error {
 	if err2 := k.statusModule.Unload(); err == nil {
 		err = err2
 	}
-	k.assemble, k.reduceStatus = 0, 0
+	k.assemble, k.reduceStatus, k.lz4Check = 0, 0, 0
 	if err != nil {
 		return fmt.Errorf("ptx: unload: %w", err)
 	}
@@ -185,6 +189,47 @@ func (k *Kernels) ReduceStatus(s cuda.Stream, statuses, actual, expected cuda.De
 	params := statusParams{statuses: statuses, actual: actual, expected: expected, summary: summary, n: uint32(n)}
 	if err := k.reduceStatus.Launch(cuda.Dim3{X: 1}, cuda.Dim3{X: statusThreads}, 0, s, &params); err != nil {
 		return fmt.Errorf("ptx: reduce status: %w", err)
+	}
+	return nil
+}
+
+// lz4CheckParams mirrors kernels.h's struct damacy_lz4_check_params.
+type lz4CheckParams struct {
+	_        structs.HostLayout
+	ptrs     cuda.DevicePtr
+	lens     cuda.DevicePtr
+	expected cuda.DevicePtr
+	empty    cuda.DevicePtr
+	n        uint32
+	_        uint32
+}
+
+// LZ4Check queues the LZ4 check kernel on s over n raw LZ4 blocks, given
+// as nvCOMP's argument arrays (ptrs: block addresses, lens: uint64 block
+// lengths, expected: uint64 decoded sizes; 8-aligned). Each block must
+// pass the walk of nvcomp.LZ4GPUCheck, which keeps nvCOMP's LZ4 decoder
+// from writing outside the block's output or decoding bytes that follow
+// it. A block that fails has its address replaced by empty and its length
+// by 1: empty must hold the one-byte LZ4 block 0x00, which nvCOMP decodes
+// to nothing, so its decoded size differs from the expected one and
+// ReduceStatus counts it as failed.
+func (k *Kernels) LZ4Check(s cuda.Stream, ptrs, lens, expected cuda.DevicePtr, n int, empty cuda.DevicePtr) error {
+	if k.lz4Check == 0 {
+		return fmt.Errorf("ptx: lz4 check on unloaded kernels: %w", ErrInvalid)
+	}
+	if n < 0 || n >= NoChunk {
+		return fmt.Errorf("ptx: lz4 check of %d blocks: %w", n, ErrInvalid)
+	}
+	if n == 0 {
+		return nil
+	}
+	if empty == 0 || ptrs%8 != 0 || lens%8 != 0 || expected%8 != 0 || ptrs == 0 || lens == 0 || expected == 0 {
+		return fmt.Errorf("ptx: lz4 check: misaligned or nil buffer (ptrs %v, lens %v, expected %v, empty %v): %w", ptrs, lens, expected, empty, ErrInvalid)
+	}
+	params := lz4CheckParams{ptrs: ptrs, lens: lens, expected: expected, empty: empty, n: uint32(n)}
+	blocks := (n + lz4CheckThreads - 1) / lz4CheckThreads
+	if err := k.lz4Check.Launch(cuda.Dim3{X: uint32(blocks)}, cuda.Dim3{X: lz4CheckThreads}, 0, s, &params); err != nil {
+		return fmt.Errorf("ptx: lz4 check: %w", err)
 	}
 	return nil
 }

@@ -1,5 +1,6 @@
-// Shared definitions of the assemble and status kernels. Every struct here
-// is mirrored field for field by a Go struct in ops.go or kernels.go; the
+// Shared definitions of the assemble, status and LZ4 check kernels. Every
+// struct here is mirrored field for field by a Go struct in ops.go or
+// kernels.go; the
 // static_asserts below pin the layout, and a Go test reads them back and
 // checks the Go side against the same numbers.
 #ifndef DAMACY_KERNELS_H
@@ -151,5 +152,27 @@ static_assert(offsetof(struct damacy_status_params, summary) == 24, "summary");
 static_assert(offsetof(struct damacy_status_params, n) == 32, "n");
 static_assert(offsetof(struct damacy_status_params, reserved) == 36, "reserved");
 static_assert(sizeof(struct damacy_status_params) == 40, "sizeof damacy_status_params");
+
+// The LZ4 check kernel's threads per block.
+#define DAMACY_LZ4_CHECK_THREADS 128
+
+// The LZ4 check kernel's only parameter (Go: lz4CheckParams). The three
+// arrays are n-entry slices of nvCOMP's own argument arrays.
+struct damacy_lz4_check_params {
+  unsigned long long ptrs;      // device address of n block addresses (rewritten on failure)
+  unsigned long long lens;      // device address of n uint64 block lengths (rewritten on failure)
+  unsigned long long expected;  // device address of n uint64 decoded sizes
+  unsigned long long empty;     // device address of a one-byte empty LZ4 block (0x00)
+  unsigned int n;               // number of blocks
+  unsigned int reserved;        // zero
+};
+
+static_assert(offsetof(struct damacy_lz4_check_params, ptrs) == 0, "ptrs");
+static_assert(offsetof(struct damacy_lz4_check_params, lens) == 8, "lens");
+static_assert(offsetof(struct damacy_lz4_check_params, expected) == 16, "expected");
+static_assert(offsetof(struct damacy_lz4_check_params, empty) == 24, "empty");
+static_assert(offsetof(struct damacy_lz4_check_params, n) == 32, "n");
+static_assert(offsetof(struct damacy_lz4_check_params, reserved) == 36, "reserved");
+static_assert(sizeof(struct damacy_lz4_check_params) == 40, "sizeof damacy_lz4_check_params");
 
 #endif

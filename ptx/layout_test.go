@@ -34,6 +34,10 @@ var cStructs = []struct {
 		"statuses": "statuses", "actual": "actual", "expected": "expected",
 		"summary": "summary", "n": "n", "reserved": "_",
 	}},
+	{"damacy_lz4_check_params", reflect.TypeFor[lz4CheckParams](), map[string]string{
+		"ptrs": "ptrs", "lens": "lens", "expected": "expected",
+		"empty": "empty", "n": "n", "reserved": "_",
+	}},
 }
 
 // TestStructLayout checks every Go mirror against the static_asserts of
@@ -129,6 +133,7 @@ func TestDefines(t *testing.T) {
 		"DAMACY_ASSEMBLE_ELEMS_PER_THREAD": assembleElemsPerThread,
 		"DAMACY_ASSEMBLE_GROUPS":           assembleGroups,
 		"DAMACY_STATUS_THREADS":            statusThreads,
+		"DAMACY_LZ4_CHECK_THREADS":         lz4CheckThreads,
 		"DAMACY_FILL":                      0,
 		"DAMACY_BOOL":                      int(Bool),
 		"DAMACY_INT8":                      int(Int8),

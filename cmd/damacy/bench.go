@@ -188,7 +188,7 @@ func newBenchStats(st pipeline.Stats) benchStats {
 			"batches_emitted": st.BatchesEmitted, "batches_truncated": st.BatchesTruncated,
 			"waves_emitted": st.WavesEmitted, "gpu_bytes_committed": st.GPUBytesCommitted,
 			"samples_emitted": st.SamplesEmitted, "chunks_decoded": st.ChunksDecoded,
-			"chunks_gpu": st.ChunksGPU, "chunks_fill": st.ChunksFill, "chunks_deduped": st.ChunksDeduped,
+			"chunks_gpu": st.ChunksGPU, "chunks_redecoded": st.ChunksRedecoded, "chunks_fill": st.ChunksFill, "chunks_deduped": st.ChunksDeduped,
 			"read_ops": st.ReadOps, "bytes_read": st.BytesRead, "box_bytes": st.BoxBytes,
 			"output_bytes": st.OutputBytes,
 		},

@@ -258,7 +258,8 @@ func nvcompStreams(c zarr.Compression, p []byte, n int) (streams [][]byte, sizes
 }
 
 // nvcompDecodeOnly times nvCOMP's batched decoders over what it may decode
-// of the sample's chunks (nvcompStreams): for zstd and for LZ4, up to
+// of the sample's chunks (nvcompStreams; LZ4 with the GPU check the CUDA
+// engine runs before it): for zstd and for LZ4, up to
 // nvcompMaxBytes of decoded bytes in one batched call repeated on one
 // stream, with every chunk's status and size checked once. The rate is
 // the bytes of both over the time of both.
@@ -310,8 +311,16 @@ func nvcompDecodeOnly(device string, ds *decodeSample) (ceiling, error) {
 		var bytes int64
 		var el time.Duration
 		err = ex.Do(func() error {
+			var k *ptx.Kernels
+			if x.alg == nvcomp.LZ4 {
+				var err error
+				if k, err = ptx.Load(); err != nil {
+					return err
+				}
+				defer k.Unload()
+			}
 			var err error
-			bytes, el, err = nvcompTime(lib, x.alg, x.in)
+			bytes, el, err = nvcompTime(lib, x.alg, x.in, k)
 			return err
 		})
 		if err != nil {
@@ -346,8 +355,10 @@ const nvcompCalls = 10
 
 // nvcompTime lays the inputs out in device memory, decodes them once with
 // alg and checks the statuses, then times repeated decodes: it returns the
-// bytes decoded and the time. It runs on an executor's thread.
-func nvcompTime(lib *nvcomp.Library, alg nvcomp.Algorithm, ins *nvcompInputs) (bytes int64, el time.Duration, err error) {
+// bytes decoded and the time. With kernels k (LZ4), each decode is preceded
+// by the GPU check the CUDA engine runs on LZ4 blocks (ptx.LZ4Check). It
+// runs on an executor's thread.
+func nvcompTime(lib *nvcomp.Library, alg nvcomp.Algorithm, ins *nvcompInputs, k *ptx.Kernels) (bytes int64, el time.Duration, err error) {
 	payloads, sizes, total := ins.payloads, ins.sizes, ins.total
 	maxChunk := 0
 	for _, n := range sizes {
@@ -437,7 +448,21 @@ func nvcompTime(lib *nvcomp.Library, alg nvcomp.Algorithm, ins *nvcompInputs) (b
 		return 0, 0, err
 	}
 	defer s.Destroy()
-	el, err = timeOnStream(s, nvcompCalls, func() error { return dec.Decode(s, b) })
+	empty, err := alloc(256)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := cuda.CopyHtoD(empty, []byte{0}); err != nil {
+		return 0, 0, err
+	}
+	el, err = timeOnStream(s, nvcompCalls, func() error {
+		if k != nil {
+			if err := k.LZ4Check(s, dArr[0], dArr[1], dArr[3], n, empty); err != nil {
+				return err
+			}
+		}
+		return dec.Decode(s, b)
+	})
 	if err != nil {
 		return 0, 0, err
 	}
