@@ -48,6 +48,13 @@ const (
 	// ZstdTooLarge: the chunk or its content exceeds nvCOMP's 2^31-1 byte
 	// limit per chunk.
 	ZstdTooLarge
+	// ZstdBadBlock: a block breaks the format in its headers: a block, or
+	// the literals it regenerates, over Block_Maximum_Size; literals or
+	// sequence headers that do not fit the block; a table reused before
+	// one was defined; more decoded bytes than the frame's content size.
+	// The data is damaged (valid encoders never write this), and damaged
+	// headers are what made nvCOMP fault.
+	ZstdBadBlock
 )
 
 // String returns a short lowercase phrase for logs and statistics.
@@ -79,6 +86,8 @@ func (r ZstdReason) String() string {
 		return "content size mismatch"
 	case ZstdTooLarge:
 		return "too large"
+	case ZstdBadBlock:
+		return "damaged block"
 	}
 	return "nvcomp.ZstdReason(" + strconv.Itoa(int(r)) + ")"
 }
@@ -105,7 +114,9 @@ func ZstdGPUCompatible(chunk []byte, want int) bool {
 //
 // Only the plain case goes to the GPU: exactly one frame, whose
 // Frame_Content_Size equals want, with no dictionary, no content checksum
-// and a window of at most 8 MiB, and whose blocks all lie inside the chunk.
+// and a window of at most 8 MiB, and whose blocks all lie inside the chunk
+// with headers that keep the format's limits (ZstdBadBlock: it also reads
+// each compressed block's literals and sequences section headers).
 // Everything else goes to the CPU decoder, which decodes it or reports the
 // error. This is what nvCOMP 5.3.0 and 6.0.0 do with the other cases
 // (measured on an H200; TestZstdFrameFeatures reruns the measurement):
@@ -132,12 +143,16 @@ func ZstdGPUCompatible(chunk []byte, want int) bool {
 //     correctly; windows over 8 MiB stay on the CPU anyway, as no zarr
 //     writer makes them and nothing larger was tested.
 //
-// What no header scan can see is damage inside compressed blocks. Of 48
-// such chunks routed to nvCOMP 6.0, 45 decoded to the same bytes as on the
-// CPU (garbage both ways: zstd without a checksum cannot tell), 2 decoded
-// with success where the CPU decoder reported corruption, and 1 never
-// finished. Stores that need that caught carry a crc32c codec after zstd,
-// which is checked on the host before a chunk is routed.
+// Damaged block and literals headers made nvCOMP 6.0 fault (an illegal
+// address, which ends the CUDA context) or write past the output; with the
+// block header checks, four runs of TestGPUCorruptInput (about 130 damaged
+// chunks routed to the GPU each) saw neither. What no header scan can see
+// is damage inside the entropy-coded data: most such chunks decode to the
+// same bytes as on the CPU (garbage both ways: zstd without a checksum
+// cannot tell), a few decode with success where the CPU decoder reports
+// corruption, and some (2 to 9 of 130 per run, after random bit flips)
+// never finish. Stores that need that caught carry a crc32c codec after
+// zstd, which is checked on the host before a chunk is routed.
 //
 // tensorstore 0.1.85 writes Frame_Content_Size in its zarr v2 and v3 zstd
 // chunks (single-segment frames up to 4 MiB, windowed frames beyond), so
@@ -257,6 +272,12 @@ func scanZstdFrame(b []byte) (zstdFrame, ZstdReason) {
 	if singleSegment {
 		f.window = f.contentSize
 	}
+	// Block_Maximum_Size bounds every block's content and what it decodes
+	// to (RFC 8878 §3.1.1.2.4); decoded counts what the block headers
+	// promise at least.
+	blockMax := min(f.window, 128<<10)
+	var decoded int64
+	var tables blockTables
 	for {
 		if len(b)-p < 3 {
 			return f, ZstdTruncated
@@ -265,15 +286,32 @@ func scanZstdFrame(b []byte) (zstdFrame, ZstdReason) {
 		p += 3
 		last := h&1 == 1
 		size := int(h >> 3)
-		switch h >> 1 & 3 {
-		case 0, 2: // Raw_Block, Compressed_Block: size bytes follow
-		case 1: // RLE_Block: one byte follows
-			size = 1
-		case 3:
+		typ := h >> 1 & 3
+		if typ == 3 {
 			return f, ZstdReserved
+		}
+		if int64(size) > blockMax {
+			return f, ZstdBadBlock
+		}
+		switch typ {
+		case 0: // Raw_Block: size bytes follow
+			decoded += int64(size)
+		case 1: // RLE_Block: one byte follows
+			decoded += int64(size)
+			size = 1
 		}
 		if len(b)-p < size {
 			return f, ZstdTruncated
+		}
+		if typ == 2 {
+			n, ok := tables.compressedBlock(b[p:p+size], blockMax)
+			if !ok {
+				return f, ZstdBadBlock
+			}
+			decoded += n
+		}
+		if f.contentSize >= 0 && decoded > f.contentSize {
+			return f, ZstdBadBlock
 		}
 		p += size
 		if last {
@@ -288,4 +326,119 @@ func scanZstdFrame(b []byte) (zstdFrame, ZstdReason) {
 	}
 	f.end = p
 	return f, ZstdGPU
+}
+
+// blockTables tracks, through a frame, which entropy tables earlier blocks
+// defined: treeless literals reuse the last Huffman tree, and a sequence
+// table in Repeat_Mode the last table of its kind.
+type blockTables struct {
+	huffman, ll, of, ml bool
+}
+
+// compressedBlock checks the headers of one Compressed_Block's content c
+// (RFC 8878 §3.1.1.3): the literals section header, that the literals fit
+// the block and regenerate at most blockMax bytes, and the sequences
+// section header. It returns the fewest bytes the block decodes to (its
+// literals plus 3 per sequence, the shortest match) and false when the
+// headers are invalid.
+func (t *blockTables) compressedBlock(c []byte, blockMax int64) (int64, bool) {
+	if len(c) < 1 {
+		return 0, false
+	}
+	b0 := c[0]
+	typ, sf := b0&3, b0>>2&3
+	var hdr, regen, comp int
+	at := func(i int) int { return int(c[i]) }
+	switch typ {
+	case 0, 1: // Raw_Literals_Block, RLE_Literals_Block
+		switch sf {
+		case 0, 2:
+			hdr, regen = 1, int(b0>>3)
+		case 1:
+			if hdr = 2; len(c) < hdr {
+				return 0, false
+			}
+			regen = int(b0>>4) | at(1)<<4
+		case 3:
+			if hdr = 3; len(c) < hdr {
+				return 0, false
+			}
+			regen = int(b0>>4) | at(1)<<4 | at(2)<<12
+		}
+		comp = regen
+		if typ == 1 {
+			comp = 1
+		}
+	default: // Compressed_Literals_Block, Treeless_Literals_Block
+		hdr = [4]int{3, 3, 4, 5}[sf]
+		if len(c) < hdr {
+			return 0, false
+		}
+		switch sf {
+		case 0, 1:
+			regen, comp = int(b0>>4)|(at(1)&0x3F)<<4, at(1)>>6|at(2)<<2
+		case 2:
+			regen, comp = int(b0>>4)|at(1)<<4|(at(2)&3)<<12, at(2)>>2|at(3)<<6
+		case 3:
+			regen, comp = int(b0>>4)|at(1)<<4|(at(2)&0x3F)<<12, at(2)>>6|at(3)<<2|at(4)<<10
+		}
+		if typ == 3 && !t.huffman {
+			return 0, false
+		}
+		// Four streams start with a 6-byte jump table.
+		if regen == 0 || comp == 0 || sf != 0 && comp < 10 {
+			return 0, false
+		}
+		t.huffman = true
+	}
+	if int64(regen) > blockMax || hdr+comp > len(c) {
+		return 0, false
+	}
+	p := hdr + comp
+	if p >= len(c) {
+		return 0, false // the sequences section header is not optional
+	}
+	n0 := at(p)
+	p++
+	var nbSeq int
+	switch {
+	case n0 == 0:
+		return int64(regen), p == len(c)
+	case n0 < 128:
+		nbSeq = n0
+	case n0 < 255:
+		if p >= len(c) {
+			return 0, false
+		}
+		nbSeq = (n0-128)<<8 | at(p)
+		p++
+	default:
+		if len(c)-p < 2 {
+			return 0, false
+		}
+		nbSeq = at(p) | at(p+1)<<8 + 0x7F00
+		p += 2
+	}
+	if p >= len(c) {
+		return 0, false
+	}
+	modes := c[p]
+	p++
+	if modes&3 != 0 { // reserved bits
+		return 0, false
+	}
+	for _, x := range []struct {
+		mode    byte
+		defined *bool
+	}{{modes >> 6, &t.ll}, {modes >> 4 & 3, &t.of}, {modes >> 2 & 3, &t.ml}} {
+		if x.mode == 3 && !*x.defined { // Repeat_Mode without a table to repeat
+			return 0, false
+		}
+		*x.defined = true
+	}
+	least := int64(regen) + 3*int64(nbSeq)
+	if least > blockMax || p >= len(c) {
+		return 0, false
+	}
+	return least, true
 }

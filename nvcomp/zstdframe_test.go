@@ -3,11 +3,18 @@ package nvcomp
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // TestZstdGPUReasonEncoders checks the scanner on frames from klauspost's
@@ -213,7 +220,7 @@ func TestZstdGPUReasonDictionary(t *testing.T) {
 // TestZstdReasonString checks that every reason has its own name.
 func TestZstdReasonString(t *testing.T) {
 	seen := map[string]ZstdReason{}
-	for r := ZstdGPU; r <= ZstdTooLarge; r++ {
+	for r := ZstdGPU; r <= ZstdBadBlock; r++ {
 		s := r.String()
 		if prev, dup := seen[s]; dup {
 			t.Errorf("reasons %d and %d are both %q", prev, r, s)
@@ -250,4 +257,47 @@ func FuzzZstdGPUReason(f *testing.F) {
 			t.Errorf("sent to the GPU without the zstd magic: % x", chunk[:4])
 		}
 	})
+}
+
+// TestZstdGPUReasonLibzstd checks the scanner on frames from the reference
+// encoder (libzstd through numcodecs, testdata/libzstd_frames.py: levels
+// -5 to 22, several kinds of data and sizes): every one-shot frame goes to
+// the GPU, so the block header checks never refuse valid data, and the CPU
+// decoder agrees on its size.
+func TestZstdGPUReasonLibzstd(t *testing.T) {
+	py := zarrtest.MustHavePython(t, "numpy", "numcodecs")
+	dir := t.TempDir()
+	seed := strconv.FormatUint(testSeed()%1_000_000_007, 10)
+	if out, err := exec.Command(py, filepath.Join("testdata", "libzstd_frames.py"), dir, seed).CombinedOutput(); err != nil {
+		t.Fatalf("libzstd_frames.py: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frames []struct {
+		Name  string
+		Size  int
+		Level int
+		Kind  string
+	}
+	if err := json.Unmarshal(raw, &frames); err != nil {
+		t.Fatal(err)
+	}
+	if len(frames) == 0 {
+		t.Fatal("libzstd_frames.py wrote no frames")
+	}
+	for _, f := range frames {
+		b, err := os.ReadFile(filepath.Join(dir, f.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := ZstdGPUReason(b, f.Size); r != ZstdGPU {
+			t.Errorf("%s (%s, %d bytes, level %d): ZstdGPUReason = %v; want gpu", f.Name, f.Kind, f.Size, f.Level, r)
+		}
+		if got, err := cpuZstd(b, f.Size); err != nil || len(got) != f.Size {
+			t.Errorf("%s: the CPU decodes %d bytes, %v; want %d", f.Name, len(got), err, f.Size)
+		}
+	}
+	t.Logf("%d libzstd frames", len(frames))
 }
