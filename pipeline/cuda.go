@@ -369,7 +369,7 @@ func (e *cudaEngine) reserve(shape []int) error {
 	bytes := e.layout.Bytes()
 	total := e.committed + int64(e.cfg.BatchSlots)*bytes
 	if e.cfg.MaxGPUMemoryBytes > 0 && total > e.cfg.MaxGPUMemoryBytes {
-		return errorf("new", ErrBudget, "", "%d batch slots of %d bytes plus %d bytes of wave buffers and scratch need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it to at least %d", e.cfg.BatchSlots, bytes, e.committed, total, e.cfg.MaxGPUMemoryBytes, total)
+		return errorf("new", ErrBudget, "", "%d batch slots of %d bytes plus %d bytes of wave buffers and scratch need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it to at least %d, or lower HostBufferBytes (%d; two thirds of it are mirrored on the GPU), DeviceBufferBytes (%d) or BatchSlots", e.cfg.BatchSlots, bytes, e.committed, total, e.cfg.MaxGPUMemoryBytes, total, e.cfg.HostBufferBytes, e.cfg.DeviceBufferBytes)
 	}
 	slots := make([]*slot, e.cfg.BatchSlots)
 	err := e.ex.Do(func() error {
