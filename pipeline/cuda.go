@@ -62,6 +62,8 @@ type cudaEngine struct {
 	sticky    atomic.Pointer[Error] // a CUDA error: every later batch fails with it
 	split     decodeSplit           // how much of nvCOMP's work the CPU takes
 	stuck     atomic.Bool           // a wave never finished: close must not wait for the GPU
+	wavesRead atomic.Int64          // waves whose reads are done (or skipped)
+	wavesDone atomic.Int64          // waves retired
 	cpuShare  float64               // route's running CPU share, in bytes (plan goroutine only)
 }
 
@@ -433,6 +435,16 @@ func (e *cudaEngine) route(j *job) {
 	j.slabCost = j.chunk.Length + align(n)
 }
 
+// headStage reports whether the oldest wave not yet retired is still
+// being read (stageIO) or is past its reads: checks, CPU decode, the GPU.
+// Waves are read and retired in the same order.
+func (e *cudaEngine) headStage() stage {
+	if e.wavesRead.Load() > e.wavesDone.Load() {
+		return stageCompute
+	}
+	return stageIO
+}
+
 func (e *cudaEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- *result) {
 	planned := make(chan *wave, 4)
 	loaded := make(chan *cudaWave, 1)
@@ -452,6 +464,7 @@ func (e *cudaEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			if w.batch.failed() == nil && e.sticky.Load() == nil {
 				e.load(ctx, cw)
 			}
+			e.wavesRead.Add(1)
 			select {
 			case loaded <- cw:
 			case <-ctx.Done():
@@ -893,7 +906,6 @@ func (e *cudaEngine) retire(ctx context.Context, in <-chan *cudaWave, out chan<-
 		defer unlock()
 	}
 	for {
-		e.head.Store(int32(stageIO))
 		var cw *cudaWave
 		select {
 		case cw = <-in:
@@ -903,11 +915,11 @@ func (e *cudaEngine) retire(ctx context.Context, in <-chan *cudaWave, out chan<-
 		if cw == nil {
 			return
 		}
-		e.head.Store(int32(stageCompute))
 		if cw.submitted {
 			e.finish(cw)
 		}
 		e.recycle(cw)
+		e.wavesDone.Add(1)
 		bs := cw.batch
 		if cw.err != nil {
 			bs.fail(cw.err)
