@@ -30,11 +30,12 @@ const (
 )
 
 // cudaEngine assembles batches in GPU memory. Per wave: IO workers pread the
-// chunks into a pinned slab; the host checks checksums, parses frames and
-// decides per chunk whether nvCOMP or a CPU worker decodes it (CPU output
+// chunks into a pinned slab; CPU workers check checksums, parse frames and
+// decide per chunk whether nvCOMP or a CPU worker decodes it (CPU output
 // goes into the same slab); the slab's used prefix, with nvCOMP's argument
-// arrays and the assemble ops, crosses in one H2D copy; nvCOMP decodes into
-// the wave's arena; a status reduction and the assemble kernel follow. Three
+// arrays and the assemble ops, crosses in one H2D copy; the LZ4 check
+// kernel and nvCOMP decode into the wave's arena; a status reduction and
+// the assemble kernel follow (and redo, when nvCOMP left chunks undone). Three
 // streams (copy, decode, assemble) chained by events keep two waves in
 // flight without a host round trip; a waiter thread retires waves in order.
 type cudaEngine struct {

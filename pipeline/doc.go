@@ -22,12 +22,16 @@
 //     arena and runs ptx.AssembleHost into the batch slot. The CUDA engine
 //     routes each chunk at plan time (nvCOMP, or a CPU worker for a
 //     measured share of them and for codecs nvCOMP lacks), checks the bytes
-//     on the host (checksums, zstd frame headers, LZ4 block walks), copies
-//     the slab's used prefix with nvCOMP's argument arrays and the assemble
-//     ops in one H2D copy, decodes with nvCOMP into the wave's arena,
-//     reduces the statuses on the device, and runs the assemble kernel,
-//     on copy, decode and assemble streams chained by events; a retire
-//     thread waits on each wave in order (with a deadline).
+//     on CPU workers (checksums, zstd frame and block headers, blosc
+//     frames, whose zstd or LZ4 streams become nvCOMP entries), copies the
+//     slab's used prefix with nvCOMP's argument arrays and the assemble
+//     ops in one H2D copy, walks the LZ4 blocks on the GPU (ptx.LZ4Check),
+//     decodes with nvCOMP into the wave's arena, reduces the statuses on
+//     the device, and runs the assemble kernel (which also undoes blosc's
+//     shuffles), on copy, decode and assemble streams chained by events; a
+//     retire thread waits on each wave in order (with a deadline), and
+//     decodes again on the CPU any chunk nvCOMP did not, then reassembles
+//     that wave.
 //
 // All memory is reserved at New (batch slots at the first Push when the
 // sample shape comes from it); a configuration that cannot work fails
