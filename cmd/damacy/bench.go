@@ -38,8 +38,10 @@ and then the ceilings, measured in the same run over the same boxes:
                     per batch), read with as many goroutines as the run had
                     IO threads
   decode-only       those chunks decoded on the CPU, one decoder per core;
-                    and, when the CUDA engine decoded with nvCOMP, up to
-                    256 MB of them (plain zstd) in one nvCOMP batched call
+                    and, when the CUDA engine decoded with nvCOMP, what it
+                    sends nvCOMP of them (zstd and LZ4 chunks, the streams
+                    of blosc chunks; LZ4 with its GPU check), up to 256 MB
+                    per codec in one batched call
   assemble-only     one batch gathered and cast from decoded chunks by the
                     assemble code the engines run (on the CPU; and on the
                     GPU for the CUDA engine)
