@@ -49,15 +49,21 @@ func ParseDtype(s string) (Dtype, error) {
 // Defaults of Config's fields; a zero field means the value here.
 const (
 	DefaultBatchSize         = 1
-	DefaultHostBufferBytes   = 1 << 30
-	DefaultDeviceBufferBytes = 512 << 20
-	DefaultLookaheadBatches  = 2
-	DefaultBatchSlots        = 2
-	DefaultZarrMetaCache     = 64
-	DefaultShardIndexCache   = 4096
-	DefaultMaxChunkBytes     = 8 << 20
-	DefaultMaxBytesPerElem   = 8
-	maxRank                  = 8
+	DefaultHostBufferBytes   = 1 << 30   // host engine
+	DefaultDeviceBufferBytes = 512 << 20 // host engine
+	// The CUDA engine's defaults are larger: waves of about 2,000 chunks
+	// of 256 KiB make nvCOMP's batched calls about twice as fast as waves
+	// of 1,000 (cmd/damacy/BENCH.md), for 0.5 GiB more pinned memory and
+	// more device memory (Stats.GPUBytesCommitted says how much).
+	DefaultCUDAHostBufferBytes   = 3 << 29 // 1.5 GiB
+	DefaultCUDADeviceBufferBytes = 1 << 30
+	DefaultLookaheadBatches      = 2
+	DefaultBatchSlots            = 2
+	DefaultZarrMetaCache         = 64
+	DefaultShardIndexCache       = 4096
+	DefaultMaxChunkBytes         = 8 << 20
+	DefaultMaxBytesPerElem       = 8
+	maxRank                      = 8
 )
 
 // Config configures a Pipeline. A zero field means its documented default;
@@ -72,11 +78,13 @@ type Config struct {
 	// Dtype is the output element type: F32 (default) or BF16.
 	Dtype Dtype
 	// HostBufferBytes is the staging memory for compressed chunk bytes
-	// (pinned on the CUDA engine), split into slabs. Default 1 GiB.
+	// (pinned on the CUDA engine, which also mirrors two thirds of it on
+	// the GPU), split into slabs. Default 1 GiB; 1.5 GiB on the CUDA
+	// engine.
 	HostBufferBytes int64
 	// DeviceBufferBytes is the memory for decoded chunks of the waves in
 	// flight (device memory on the CUDA engine, host memory on the host
-	// engine). Default 512 MiB.
+	// engine). Default 512 MiB; 1 GiB on the CUDA engine.
 	DeviceBufferBytes int64
 	// LookaheadBatches is how many batches' worth of samples are taken in
 	// ahead of the batch being assembled, so that their metadata and
@@ -142,17 +150,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Dtype != F32 && c.Dtype != BF16 {
 		return bad("Dtype", c.Dtype, "F32 or BF16")
 	}
-	if c.HostBufferBytes == 0 {
-		c.HostBufferBytes = DefaultHostBufferBytes
+	// Zero buffer sizes stay zero here: each engine has its own defaults
+	// (withBuffers).
+	if c.HostBufferBytes != 0 && c.HostBufferBytes < 1<<20 {
+		return bad("HostBufferBytes", c.HostBufferBytes, "at least 1 MiB (0: the default)")
 	}
-	if c.HostBufferBytes < 1<<20 {
-		return bad("HostBufferBytes", c.HostBufferBytes, "at least 1 MiB")
-	}
-	if c.DeviceBufferBytes == 0 {
-		c.DeviceBufferBytes = DefaultDeviceBufferBytes
-	}
-	if c.DeviceBufferBytes < 1<<20 {
-		return bad("DeviceBufferBytes", c.DeviceBufferBytes, "at least 1 MiB")
+	if c.DeviceBufferBytes != 0 && c.DeviceBufferBytes < 1<<20 {
+		return bad("DeviceBufferBytes", c.DeviceBufferBytes, "at least 1 MiB (0: the default)")
 	}
 	if c.LookaheadBatches == 0 {
 		c.LookaheadBatches = DefaultLookaheadBatches
@@ -240,4 +244,20 @@ func parseDevice(s string) (deviceKind, int, error) {
 		}
 	}
 	return 0, 0, errorf("new", ErrInvalid, "", "Config.Device = %q: must be \"\", \"cpu\", \"cuda\" or \"cuda:N\"", s)
+}
+
+// withBuffers fills zero buffer sizes with the engine's defaults: the CUDA
+// engine's when gpu is true, else the host engine's.
+func (c Config) withBuffers(gpu bool) Config {
+	host, dev := int64(DefaultHostBufferBytes), int64(DefaultDeviceBufferBytes)
+	if gpu {
+		host, dev = DefaultCUDAHostBufferBytes, DefaultCUDADeviceBufferBytes
+	}
+	if c.HostBufferBytes == 0 {
+		c.HostBufferBytes = host
+	}
+	if c.DeviceBufferBytes == 0 {
+		c.DeviceBufferBytes = dev
+	}
+	return c
 }

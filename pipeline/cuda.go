@@ -192,6 +192,7 @@ type cudaWave struct {
 // newCUDAEngine starts the CUDA engine on GPU ordinal; withNVCOMP false
 // keeps nvCOMP out even when it is installed (tests compare both paths).
 func newCUDAEngine(cfg Config, ordinal int, stats *statsSink, withNVCOMP bool) (*cudaEngine, error) {
+	cfg = cfg.withBuffers(true)
 	if err := cuda.Init(); err != nil {
 		return nil, newError("new", ErrCUDA, "", err)
 	}

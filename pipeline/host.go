@@ -248,6 +248,7 @@ type hostEngine struct {
 }
 
 func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
+	cfg = cfg.withBuffers(false)
 	st, err := newStages(cfg, stats)
 	if err != nil {
 		return nil, err
