@@ -653,12 +653,14 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	e.split.cpuDone(cpuBytes, time.Since(t))
 	// Only now take a wave buffer: the CPU work above overlaps the GPU's
 	// work on the waves before.
+	t = time.Now()
 	select {
 	case cw.buf = <-e.bufFree:
 	case <-ctx.Done():
 		fail(ctx.Err())
 		return
 	}
+	e.split.waited(time.Since(t))
 	cw.spill = cw.spill[:0]
 	for _, j := range spill {
 		where[j] = cw.buf.arena + j.decOff
