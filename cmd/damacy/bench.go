@@ -40,8 +40,9 @@ and then the ceilings, measured in the same run over the same boxes:
   decode-only       those chunks decoded on the CPU, one decoder per core;
                     and, when the CUDA engine decoded with nvCOMP, what it
                     sends nvCOMP of them (zstd and LZ4 chunks, the streams
-                    of blosc chunks; LZ4 with its GPU check), up to 256 MB
-                    per codec in one batched call
+                    of blosc chunks; LZ4 with its GPU check), per codec in
+                    one batched call as large as one of the run's waves
+                    (half of device_buffer, at most 512 MiB)
   assemble-only     one batch gathered and cast from decoded chunks by the
                     assemble code the engines run (on the CPU; and on the
                     GPU for the CUDA engine)

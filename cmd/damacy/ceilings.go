@@ -41,7 +41,7 @@ type ceiling struct {
 // Bounds of the ceiling measurements, so that they take seconds, not
 // minutes, and memory stays bounded whatever the scenario.
 const (
-	decodeSampleBytes   = 256 << 20 // compressed bytes decoded by decode-only
+	decodeSampleBytes   = 512 << 20 // compressed bytes decoded by decode-only
 	assembleArenaBytes  = 512 << 20 // decoded bytes behind assemble-only
 	minCeilingTime      = 300 * time.Millisecond
 	maxCeilingRepeats   = 50
@@ -352,7 +352,7 @@ func measureCeilings(ctx context.Context, e *env, sc *Scenario, bs *boxSet, rep 
 	}
 	if gpu && ds != nil && st.ChunksGPU > 0 {
 		t = time.Now()
-		c, err := nvcompDecodeOnly(rep.Device, ds)
+		c, err := nvcompDecodeOnly(rep.Device, ds, nvcompCallBytes(int64(sc.Run.DeviceBuffer)))
 		tr.span(traceRowPhases, "ceiling", "decode-only (nvcomp)", t, time.Now(), nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("decode-only (nvcomp): %w", err))

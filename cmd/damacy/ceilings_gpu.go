@@ -202,10 +202,16 @@ func assembleOnlyGPU(ab *assembleBench) (c ceiling, err error) {
 	}, nil
 }
 
-// nvcompMaxBytes bounds the decoded bytes of the one batched call that
-// decode-only (nvcomp) times; nvCOMP's zstd temp space is about three
-// times this.
-const nvcompMaxBytes = 256 << 20
+// nvcompCallBytes is the most decoded bytes of the one batched call per
+// codec that decode-only (nvcomp) times: what the CUDA engine gives one
+// wave (half of Config.DeviceBufferBytes, so the ceiling decodes batches
+// as large as the run's), at most nvcomp.MaxZstdBatchBytes.
+func nvcompCallBytes(deviceBuffer int64) int {
+	if deviceBuffer == 0 {
+		deviceBuffer = pipeline.DefaultCUDADeviceBufferBytes
+	}
+	return int(min(deviceBuffer/2, nvcomp.MaxZstdBatchBytes))
+}
 
 // nvcompInputs are the inputs of one batched nvCOMP call: compressed
 // streams and their decoded sizes.
@@ -259,11 +265,11 @@ func nvcompStreams(c zarr.Compression, p []byte, n int) (streams [][]byte, sizes
 
 // nvcompDecodeOnly times nvCOMP's batched decoders over what it may decode
 // of the sample's chunks (nvcompStreams; LZ4 with the GPU check the CUDA
-// engine runs before it): for zstd and for LZ4, up to
-// nvcompMaxBytes of decoded bytes in one batched call repeated on one
+// engine runs before it): for zstd and for LZ4, up to maxBytes of decoded
+// bytes (nvcompCallBytes) in one batched call repeated on one
 // stream, with every chunk's status and size checked once. The rate is
 // the bytes of both over the time of both.
-func nvcompDecodeOnly(device string, ds *decodeSample) (ceiling, error) {
+func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (ceiling, error) {
 	lib, err := nvcomp.Load()
 	if err != nil {
 		return ceiling{}, err
@@ -284,7 +290,7 @@ func nvcompDecodeOnly(device string, ds *decodeSample) (ceiling, error) {
 		if zstd {
 			in = &zs
 		}
-		if !ok || in.total+r.decodedBytes() > nvcompMaxBytes {
+		if !ok || in.total+r.decodedBytes() > maxBytes {
 			continue
 		}
 		for k, s := range streams {
