@@ -920,7 +920,7 @@ func (e *cudaEngine) retire(ctx context.Context, in <-chan *cudaWave, out chan<-
 			return
 		}
 		if cw.submitted {
-			e.finish(cw)
+			e.finish(ctx, cw)
 		}
 		e.recycle(cw)
 		e.wavesDone.Add(1)
@@ -942,7 +942,7 @@ func (e *cudaEngine) retire(ctx context.Context, in <-chan *cudaWave, out chan<-
 
 // finish waits for a submitted wave, records its stage times, and checks
 // its chunks' statuses.
-func (e *cudaEngine) finish(cw *cudaWave) {
+func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 	b := cw.buf
 	if e.stuck.Load() { // behind a stuck wave: the GPU keeps this one's memory too
 		if se := e.sticky.Load(); se != nil {
@@ -1019,7 +1019,7 @@ func (e *cudaEngine) finish(cw *cudaWave) {
 		return
 	}
 	if sum.Bad > 0 {
-		cw.err = e.redo(cw, sum)
+		cw.err = e.redo(ctx, cw, sum)
 	}
 }
 
@@ -1028,56 +1028,89 @@ func (e *cudaEngine) finish(cw *cudaWave) {
 // refused decodes to nothing). It finds them in the per-chunk statuses,
 // reads and decodes them again on the CPU, copies them to their places in
 // the arena and assembles the wave again, so a chunk that only nvCOMP
-// cannot decode still gives the right data. A chunk the CPU cannot decode
-// either is the wave's ErrDecode. It runs on the retire thread after the
-// wave is done: the wave buffer still holds the wave's assemble ops and
-// arena, and the batch's slot is not yet handed out.
-func (e *cudaEngine) redo(cw *cudaWave, sum ptx.StatusSummary) error {
+// cannot decode still gives the right data. Only refused LZ4 blocks are
+// known to have left the arena alone (every other LZ4 block passed the
+// walk); a failed zstd frame may have written anywhere in it (nvCOMP does
+// not bound its writes), so then every nvCOMP chunk of the wave is decoded
+// again. A chunk the CPU cannot decode either is the wave's ErrDecode. It
+// runs on the retire thread after the wave is done: the wave buffer still
+// holds the wave's assemble ops and arena, and the batch's slot is not yet
+// handed out.
+func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSummary) error {
 	b, n := cw.buf, len(cw.ents)
+	gpuErr := func(stage string, err error) error {
+		ce := cudaError(stage, err)
+		e.sticky.CompareAndSwap(nil, ce)
+		return ce
+	}
 	desc := b.base + cuda.DevicePtr(cw.descOff)
 	statuses, actual := make([]byte, 4*n), make([]byte, 8*n)
 	if err := cuda.CopyDtoH(statuses, desc+cuda.DevicePtr(6*n*8)); err != nil {
-		return cudaError("decode", err)
+		return gpuErr("decode", err)
 	}
 	if err := cuda.CopyDtoH(actual, desc+cuda.DevicePtr(4*n*8)); err != nil {
-		return cudaError("decode", err)
+		return gpuErr("decode", err)
 	}
 	var jobs []*job
 	why := map[*job]error{}
+	zstdFailed := false
 	for i, en := range cw.ents {
 		status := nvcomp.Status(int32(binary.NativeEndian.Uint32(statuses[4*i:])))
 		size := binary.NativeEndian.Uint64(actual[8*i:])
 		if err := nvcomp.CheckChunk(i, status, size, int(en.size)); err != nil && why[en.job] == nil {
 			why[en.job] = err
 			jobs = append(jobs, en.job)
+			zstdFailed = zstdFailed || i < cw.nZstd
 			en.job.src.noteSpill() // an array whose chunks keep failing goes to the CPU
 		}
 	}
 	if len(jobs) == 0 {
 		return errorf("decode", ErrDecode, "", "%d chunks of the wave failed on the GPU, but their statuses read back clean (status %d, %d bytes of %d)", sum.Bad, sum.Status, sum.Actual, sum.Expected)
 	}
-	for _, j := range jobs {
+	failed := len(jobs)
+	if zstdFailed {
+		jobs = jobs[:0]
+		for i, en := range cw.ents {
+			if i == 0 || cw.ents[i-1].job != en.job {
+				jobs = append(jobs, en.job)
+			}
+		}
+	}
+	outs := make([][]byte, len(jobs))
+	err := e.cpu.run(ctx, len(jobs), func(k int) error {
+		j := jobs[k]
 		stored := make([]byte, j.chunk.Length)
 		if err := e.fds.read(&readOp{src: j.src, key: j.chunk.Key, offset: j.chunk.Offset, length: j.chunk.Length}, stored); err != nil {
 			return err
 		}
 		out := make([]byte, j.layout.Bytes())
 		if err := e.decodeAgain(j, stored, out); err != nil {
-			return errorf("decode", ErrDecode, j.src.uri, "chunk %s at offset %d (%d bytes): %v (nvCOMP: %v)", j.chunk.Key, j.chunk.Offset, j.chunk.Length, err, why[j])
+			nv := why[j]
+			if nv == nil {
+				nv = errors.New("decoded, but another chunk of the wave failed")
+			}
+			return errorf("decode", ErrDecode, j.src.uri, "chunk %s at offset %d (%d bytes): %v (nvCOMP: %v)", j.chunk.Key, j.chunk.Offset, j.chunk.Length, err, nv)
 		}
-		if err := cuda.CopyHtoD(b.base+cuda.DevicePtr(b.arena+j.decOff), out); err != nil {
-			return cudaError("decode", err)
+		outs[k] = out
+		return nil
+	}, nil)
+	if err != nil {
+		return err
+	}
+	for k, j := range jobs {
+		if err := cuda.CopyHtoD(b.base+cuda.DevicePtr(b.arena+j.decOff), outs[k]); err != nil {
+			return gpuErr("decode", err)
 		}
 	}
 	ops, blocks := b.base+cuda.DevicePtr(cw.opsOff), b.base+cuda.DevicePtr(cw.blkOff)
 	if err := e.kernels.Assemble(e.asmS, cw.plan, ops, blocks, b.base, b.size, cuda.DevicePtr(cw.batch.slot.dev)); err != nil {
-		return cudaError("assemble", err)
+		return gpuErr("assemble", err)
 	}
 	if err := e.asmS.Synchronize(); err != nil {
-		return cudaError("assemble", err)
+		return gpuErr("assemble", err)
 	}
 	e.stats.update(func(s *Stats) {
-		s.ChunksGPU -= int64(len(jobs))
+		s.ChunksGPU -= int64(failed)
 		s.ChunksRedecoded += int64(len(jobs))
 	})
 	return nil
