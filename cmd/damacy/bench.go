@@ -36,7 +36,8 @@ and then the ceilings, measured in the same run over the same boxes:
   pread replay      the chunk byte ranges the measured boxes need (planned
                     again with package zarr, batch by batch, each chunk once
                     per batch), read with as many goroutines as the run had
-                    IO threads
+                    IO threads into a staging buffer of up to 1 GiB, one
+                    range after another, as the run reads into its slabs
   decode-only       those chunks decoded on the CPU, one decoder per core;
                     and, when the CUDA engine decoded with nvCOMP, what it
                     sends nvCOMP of them (zstd and LZ4 chunks, the streams

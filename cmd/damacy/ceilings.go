@@ -253,25 +253,48 @@ func parallelDo(ctx context.Context, n, workers int, f func(worker, i int) error
 	return first
 }
 
-// preadAll reads ranges with workers goroutines, each into its own buffer,
-// and returns the bytes read.
-func preadAll(ctx context.Context, fset *fileSet, ranges []readRange, workers int) (int64, error) {
-	maxLen := int64(0)
+// replayStageBytes bounds the buffer the pread replay reads into.
+const replayStageBytes = 1 << 30
+
+// replayStage lays the ranges out one after another in a buffer of up to
+// replayStageBytes (wrapping to its start), as the engines lay a wave's
+// reads out in a staging slab, and touches every page of it: the replay
+// then writes to memory as the run did, not into a small buffer that stays
+// in the CPU's caches.
+func replayStage(ranges []readRange) (buf []byte, offs []int64) {
+	var total, maxLen int64
 	for _, r := range ranges {
+		total += r.len
 		maxLen = max(maxLen, r.len)
 	}
-	bufs := make([][]byte, workers)
+	size := max(min(total, replayStageBytes), maxLen)
+	buf = make([]byte, size)
+	for i := 0; i < len(buf); i += 4096 {
+		buf[i] = 1
+	}
+	offs = make([]int64, len(ranges))
+	var at int64
+	for i, r := range ranges {
+		if at+r.len > size {
+			at = 0
+		}
+		offs[i] = at
+		at += r.len
+	}
+	return buf, offs
+}
+
+// preadAll reads every range into its place in buf (replayStage) with
+// workers goroutines and returns the bytes read.
+func preadAll(ctx context.Context, fset *fileSet, ranges []readRange, buf []byte, offs []int64, workers int) (int64, error) {
 	var total atomic.Int64
 	err := parallelDo(ctx, len(ranges), workers, func(w, i int) error {
 		r := ranges[i]
-		if bufs[w] == nil {
-			bufs[w] = make([]byte, maxLen)
-		}
 		f, err := fset.get(r.file)
 		if err != nil {
 			return err
 		}
-		n, err := f.ReadAt(bufs[w][:r.len], r.off)
+		n, err := f.ReadAt(buf[offs[i]:offs[i]+r.len], r.off)
 		total.Add(int64(n))
 		if err != nil {
 			return fmt.Errorf("read %s at %d: %w", r.file, r.off, err)
@@ -306,8 +329,9 @@ func measureCeilings(ctx context.Context, e *env, sc *Scenario, bs *boxSet, rep 
 	fset := new(fileSet)
 	defer fset.close()
 	threads := ioThreads(sc)
+	buf, offs := replayStage(ranges)
 	t = time.Now()
-	n, err := preadAll(ctx, fset, ranges, threads)
+	n, err := preadAll(ctx, fset, ranges, buf, offs, threads)
 	el := time.Since(t)
 	tr.span(traceRowPhases, "ceiling", "pread replay", t, t.Add(el), map[string]any{"ranges": len(ranges), "bytes": n})
 	if err != nil {
