@@ -1120,20 +1120,14 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 // into out as nvCOMP would have: a blosc chunk without its unshuffle,
 // which the gather undoes.
 func (e *cudaEngine) decodeAgain(j *job, stored, out []byte) error {
+	var payload []byte
 	if j.chunk.Codec.Route().Compression == zarr.CompressionBlosc {
-		payload, err := j.chunk.Payload(stored)
-		if err != nil {
+		var err error
+		if payload, err = j.chunk.Payload(stored); err != nil {
 			return err
 		}
-		n, err := blosc.DecodeNoUnshuffle(out, payload)
-		if err == nil && n != len(out) {
-			err = fmt.Errorf("blosc chunk of %d bytes, want %d", n, len(out))
-		}
-		return err
 	}
-	d := <-e.decs
-	defer func() { e.decs <- d }()
-	return d.Decode(out, &j.chunk, stored)
+	return e.decodeJob(j, stored, out, payload)
 }
 
 // waveDeadline bounds the wait for one wave. A wave takes milliseconds;

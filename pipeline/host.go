@@ -155,20 +155,7 @@ func (s *stages) decodeCPU(ctx context.Context, w *wave, slab []byte, pick func(
 	t := time.Now()
 	err := s.cpu.run(ctx, len(sel), func(i int) error {
 		j := sel[i]
-		d := <-s.decs
-		defer func() { s.decs <- d }()
-		out := dst(j)
-		if j.bloscPayload != nil {
-			// The gather undoes the shuffle (psrc says how).
-			if n, err := blosc.DecodeNoUnshuffle(out, j.bloscPayload); err != nil || n != len(out) {
-				if err == nil {
-					err = fmt.Errorf("blosc chunk of %d bytes, want %d", n, len(out))
-				}
-				return decodeError(j, err)
-			}
-			return nil
-		}
-		if err := d.Decode(out, &j.chunk, slab[j.slabOff:j.slabOff+j.chunk.Length]); err != nil {
+		if err := s.decodeJob(j, slab[j.slabOff:j.slabOff+j.chunk.Length], dst(j), j.bloscPayload); err != nil {
 			return decodeError(j, err)
 		}
 		return nil
@@ -178,6 +165,23 @@ func (s *stages) decodeCPU(ctx context.Context, w *wave, slab []byte, pick func(
 		st.ChunksDecoded += int64(len(sel))
 	})
 	return err
+}
+
+// decodeJob decodes job j's stored bytes into out on the calling
+// goroutine. With bloscPayload (a blosc chunk's frame, past its checksums)
+// it leaves the blosc shuffle in place for the gather to undo (j.psrc
+// says how); otherwise it decodes the whole codec chain.
+func (s *stages) decodeJob(j *job, stored, out, bloscPayload []byte) error {
+	if bloscPayload != nil {
+		n, err := blosc.DecodeNoUnshuffle(out, bloscPayload)
+		if err == nil && n != len(out) {
+			err = fmt.Errorf("blosc chunk of %d bytes, want %d", n, len(out))
+		}
+		return err
+	}
+	d := <-s.decs
+	defer func() { s.decs <- d }()
+	return d.Decode(out, &j.chunk, stored)
 }
 
 func decodeError(j *job, err error) error {
