@@ -244,11 +244,11 @@ func planFor(full *ptx.Plan, n int) (*ptx.Plan, error) {
 // the CPU fallback and the oracle the CUDA engine is tested against.
 type hostEngine struct {
 	*stages
-	pool   *slotPool
-	slabs  chan []byte
-	arena  []byte
-	pin    runtime.Pinner // keeps slot memory where DLPack consumers may see it
-	layout ptx.Layout
+	pool  *slotPool
+	slabs chan []byte
+	arena []byte
+	pin   runtime.Pinner // keeps slot memory where DLPack consumers may see it
+	full  *ptx.Plan      // the assemble plan of a full batch, made by reserve
 }
 
 func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
@@ -270,11 +270,16 @@ func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
 
 func (h *hostEngine) reserve(shape []int) error {
 	h.shape = shape
-	h.layout = ptx.Layout{Samples: h.cfg.BatchSize, Shape: shape, Dtype: outDtype(h.cfg.Dtype)}
-	if err := h.layout.Validate(); err != nil {
+	l := ptx.Layout{Samples: h.cfg.BatchSize, Shape: shape, Dtype: outDtype(h.cfg.Dtype)}
+	if err := l.Validate(); err != nil {
 		return newError("new", ErrInvalid, "", err)
 	}
-	bytes := h.layout.Bytes()
+	plan, err := ptx.NewPlan(l)
+	if err != nil {
+		return newError("new", ErrInvalid, "", err)
+	}
+	h.full = plan
+	bytes := l.Bytes()
 	slots := make([]*slot, h.cfg.BatchSlots)
 	for i := range slots {
 		buf := make([]byte, bytes)
@@ -320,7 +325,9 @@ func (h *hostEngine) close() error {
 
 // run: plan -> read (IO workers, into one of hostSlabs slabs) -> decode +
 // assemble, each stage its own goroutine, so IO of wave k+1 overlaps the
-// decoding of wave k.
+// decoding of wave k. What reserve sets up (the slot pool, the assemble
+// plan) is read only once a wave has arrived: with Config.SampleShape
+// empty, reserve runs at the first Push, after run has started.
 func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- *result) {
 	planned := make(chan *wave, 4)
 	read := make(chan *wave, hostSlabs-1)
@@ -354,7 +361,6 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			}
 		}
 	}()
-	plan, _ := ptx.NewPlan(h.layout)
 	for {
 		h.head.Store(int32(stageIO))
 		var w *wave
@@ -377,7 +383,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			bs.slot = s
 		}
 		if bs.failed() == nil {
-			if err := h.compute(ctx, w, plan); err != nil {
+			if err := h.compute(ctx, w, h.full); err != nil {
 				bs.fail(err)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
 	"github.com/damacy-go/damacy/zarr/writer"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // storeCase is one array written for the end-to-end tests.
@@ -111,6 +112,14 @@ func randomBox(rng *rand.Rand, shape []int64, ext []int) []Range {
 		box[k] = Range{s, s + int64(ext[k])}
 	}
 	return box
+}
+
+// newTestRand returns a generator seeded by zarrtest.Seed, which logs the
+// seed (DAMACY_SEED replays it).
+func newTestRand(t testing.TB) *rand.Rand {
+	t.Helper()
+	seed := zarrtest.Seed(t)
+	return rand.New(rand.NewPCG(seed, 7))
 }
 
 // checkEngine streams nBoxes random boxes of every path through a pipeline
