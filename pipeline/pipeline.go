@@ -346,7 +346,10 @@ func (p *Pipeline) Stats() Stats {
 	s := p.stats.Stats
 	p.stats.mu.Unlock()
 	s.SamplesInFlight = p.inFlight.Load()
+	// The first Push may be creating the slot pool (reserve, under p.mu).
+	p.mu.Lock()
 	s.SlotsInUse = p.eng.slotsInUse()
+	p.mu.Unlock()
 	return s
 }
 

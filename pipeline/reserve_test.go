@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 // Python API does, and pushes the first sample only after the engine's
 // goroutines have started: the engines must not read what reserve sets up
 // (the assemble layout, the slot pool) before the first batch reaches
-// them. Run it under -race.
+// them. Meanwhile a goroutine polls Stats, which reads the slot pool that
+// the first Push creates. Run it under -race.
 func TestSampleShapeFromLatePush(t *testing.T) {
 	path := writeCase(t, t.TempDir(), storeCase{name: "late", spec: writer.Spec{Shape: []int64{40, 40}, ChunkShape: []int64{8, 8},
 		ShardShape: []int64{16, 16}, DataType: zarr.Uint16, Compression: writer.Compression{Codec: writer.Zstd}}}, 1)
@@ -31,6 +33,19 @@ func TestSampleShapeFromLatePush(t *testing.T) {
 			cfg := Config{BatchSize: 3, Device: dev, HostBufferBytes: 16 << 20, DeviceBufferBytes: 4 << 20, MaxChunkBytes: 1 << 20,
 				ComputeThreads: 2, IOThreads: 2}
 			p := newChecked(t, cfg)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					p.Stats()
+					time.Sleep(time.Millisecond)
+				}
+			})
 			time.Sleep(50 * time.Millisecond) // the engine's goroutines are running
 			rng := newTestRand(t)
 			var samples []Sample
@@ -44,6 +59,8 @@ func TestSampleShapeFromLatePush(t *testing.T) {
 				t.Fatal(err)
 			}
 			comparePopped(t, p, samples, F32)
+			close(stop)
+			wg.Wait()
 		})
 	}
 }
