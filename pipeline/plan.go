@@ -99,9 +99,14 @@ func (bs *batchState) fail(err error) {
 }
 
 // emit hands the finished batch to Pop: its slot, or its error (the slot
-// going back). It reports false when ctx ended first.
+// going back). It reports false when ctx ended first. It is the engines'
+// one exit for results: an error that is not an *Error can only be the
+// engine's context ending a stage (Close), and leaves as ErrShutdown.
 func (bs *batchState) emit(ctx context.Context, out chan<- *result) bool {
 	r := &result{req: bs.req, slot: bs.slot, err: bs.failed()}
+	if _, ok := r.err.(*Error); r.err != nil && !ok {
+		r.err = newError("pop", ErrShutdown, "", r.err)
+	}
 	if r.err != nil && r.slot != nil {
 		r.slot.unref()
 		r.slot = nil
