@@ -196,8 +196,7 @@ func firstDiff(have, want []byte, size int) string {
 // boxes that reach outside the arrays, with missing chunks and shards.
 func TestHostEngineMatchesReference(t *testing.T) {
 	dir := t.TempDir()
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	for ci, codec := range e2eCodecs {
 		for di, dt := range e2eDtypes {
 			sc := storeCase{
@@ -238,8 +237,7 @@ func TestHostEngineMatchesReference(t *testing.T) {
 // several arrays per batch, and checks the result and the stats.
 func TestHostEngineWaves(t *testing.T) {
 	dir := t.TempDir()
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	var paths []string
 	for i, dt := range []zarr.DataType{zarr.Uint16, zarr.Float32, zarr.Uint8} {
 		sc := storeCase{name: fmt.Sprint("a", i), spec: writer.Spec{Shape: []int64{64, 64, 64}, ChunkShape: []int64{16, 16, 16},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/damacy-go/damacy/cuda/cudatest"
+	"github.com/damacy-go/damacy/nvcomp"
 )
 
 func TestBenchSmoke(t *testing.T) {
@@ -214,6 +215,8 @@ func TestDropCache(t *testing.T) {
 // first batch against the reference reader and measures the GPU ceilings.
 func TestBenchCUDA(t *testing.T) {
 	cudatest.MustHaveGPU(t)
+	_, err := nvcomp.Load()
+	cudatest.RequireNVCOMP(t, err)
 	dir := t.TempDir()
 	out, _ := mustRun(t, "bench", "--engine", "cuda", "--json", "--verify", "--data", filepath.Join(dir, "data"), "smoke")
 	var rep benchReport
