@@ -39,7 +39,7 @@ func newStages(cfg Config, stats *statsSink) (*stages, error) {
 		cfg:   cfg,
 		stats: stats,
 		meta:  newMetaCache(cfg, stats),
-		fds:   newFDCache(),
+		fds:   newFDCache(fdCacheCapacity()),
 		decs:  make(chan *zarr.Decoder, cfg.ComputeThreads),
 		trace: tracer(cfg.Trace),
 	}

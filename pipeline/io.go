@@ -11,105 +11,94 @@ import (
 	"time"
 )
 
-// fdCache keeps files open between reads, at most capacity of them. Opens
-// are single-flight, and a file is closed only once no read is using it.
+// fdCache keeps files open between reads, at most capacity of them, in an
+// lru (so opens are single-flight). A file is closed once it has left the
+// cache and no read is using it.
 type fdCache struct {
-	mu       sync.Mutex
-	capacity int
-	files    map[string]*fdEntry
-	tick     uint64
+	files *lru[string, *openFile]
 }
 
-type fdEntry struct {
-	once   sync.Once
-	f      *os.File
-	err    error
-	refs   int
-	used   uint64
-	closed bool // evicted: close when refs drops to 0
+// openFile is a file of the cache and the reads using it.
+type openFile struct {
+	f       *os.File
+	mu      sync.Mutex
+	refs    int
+	evicted bool // out of the cache: closed once refs is 0
 }
 
-// newFDCache sizes the cache from RLIMIT_NOFILE: half of what the process
-// may open, less a margin, within [16, 4096].
-func newFDCache() *fdCache {
+// newFDCache returns a cache of capacity files.
+func newFDCache(capacity int) *fdCache {
+	return &fdCache{files: newLRU(capacity, func(_ string, o *openFile) { o.evict() })}
+}
+
+// fdCacheCapacity sizes the cache from RLIMIT_NOFILE: half of what the
+// process may open, less a margin, within [16, 4096].
+func fdCacheCapacity() int {
 	limit := 1024
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur > 0 && rl.Cur < 1<<30 {
 		limit = int(rl.Cur)
 	}
-	return &fdCache{capacity: min(max((limit-64)/2, 16), 4096), files: map[string]*fdEntry{}}
+	return min(max((limit-64)/2, 16), 4096)
 }
 
 // acquire returns the open file for path, pinned until release.
-func (c *fdCache) acquire(path string) (*fdEntry, error) {
-	c.mu.Lock()
-	e, ok := c.files[path]
-	if !ok {
-		if len(c.files) >= c.capacity {
-			c.evictLocked()
-		}
-		e = &fdEntry{}
-		c.files[path] = e
-	}
-	e.refs++
-	c.tick++
-	e.used = c.tick
-	c.mu.Unlock()
-	e.once.Do(func() { e.f, e.err = os.Open(path) })
-	if e.err != nil {
-		c.mu.Lock()
-		if c.files[path] == e {
-			delete(c.files, path) // retry the open next time
-		}
-		c.mu.Unlock()
-		c.release(e)
-		return nil, e.err
-	}
-	return e, nil
-}
-
-func (c *fdCache) release(e *fdEntry) {
-	c.mu.Lock()
-	e.refs--
-	closeNow := e.refs == 0 && e.closed && e.f != nil
-	c.mu.Unlock()
-	if closeNow {
-		e.f.Close()
-	}
-}
-
-// evictLocked drops the least recently used entries until there is room,
-// closing those no read is using.
-func (c *fdCache) evictLocked() {
-	for len(c.files) >= c.capacity {
-		var oldest string
-		var oe *fdEntry
-		for p, e := range c.files {
-			if oe == nil || e.used < oe.used {
-				oldest, oe = p, e
+func (c *fdCache) acquire(path string) (*openFile, error) {
+	for {
+		o, _, err := c.files.get(path, func() (*openFile, error) {
+			f, err := os.Open(path)
+			if err != nil {
+				return nil, err
 			}
+			return &openFile{f: f}, nil
+		})
+		if err != nil {
+			return nil, err
 		}
-		delete(c.files, oldest)
-		oe.closed = true
-		if oe.refs == 0 && oe.f != nil {
-			oe.f.Close()
+		if o.pin() {
+			return o, nil
 		}
+		// Evicted and closed between get and pin: open it again.
+	}
+}
+
+// pin counts one more read using the file, unless it is closed.
+func (o *openFile) pin() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.evicted && o.refs == 0 {
+		return false
+	}
+	o.refs++
+	return true
+}
+
+// release ends a read that acquire pinned the file for.
+func (o *openFile) release() {
+	o.mu.Lock()
+	o.refs--
+	closeNow := o.refs == 0 && o.evicted
+	o.mu.Unlock()
+	if closeNow {
+		o.f.Close()
+	}
+}
+
+// evict marks the file as out of the cache, closing it unless a read is
+// using it.
+func (o *openFile) evict() {
+	o.mu.Lock()
+	o.evicted = true
+	closeNow := o.refs == 0
+	o.mu.Unlock()
+	if closeNow {
+		o.f.Close()
 	}
 }
 
 // closeAll closes every cached file; reads still running keep theirs open
 // until they finish.
-func (c *fdCache) closeAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for p, e := range c.files {
-		delete(c.files, p)
-		e.closed = true
-		if e.refs == 0 && e.f != nil {
-			e.f.Close()
-		}
-	}
-}
+func (c *fdCache) closeAll() { c.files.purge() }
 
 // workers is a fixed pool of goroutines running tasks; run waits for a set
 // of tasks and returns the first error.
@@ -204,10 +193,10 @@ func (c *fdCache) read(r *readOp, dst []byte) error {
 		var path string
 		path, err = d.Path(r.key)
 		if err == nil {
-			var e *fdEntry
-			if e, err = c.acquire(path); err == nil {
-				n, err = e.f.ReadAt(dst, r.offset)
-				c.release(e)
+			var o *openFile
+			if o, err = c.acquire(path); err == nil {
+				n, err = o.f.ReadAt(dst, r.offset)
+				o.release()
 			}
 		}
 	} else {

@@ -15,10 +15,12 @@ import (
 
 // lru is a fixed-capacity least-recently-used cache whose misses are
 // single-flight: concurrent gets of one missing key run load once. Errors
-// are not cached.
+// are not cached. evicted, when set, is called (outside the lock) for each
+// entry the cache drops.
 type lru[K comparable, V any] struct {
 	mu       sync.Mutex
 	capacity int
+	evicted  func(K, V)
 	order    *list.List // front = most recent; values are *lruEntry
 	items    map[K]*list.Element
 	loading  map[K]*lruCall[V]
@@ -35,8 +37,8 @@ type lruCall[V any] struct {
 	err  error
 }
 
-func newLRU[K comparable, V any](capacity int) *lru[K, V] {
-	return &lru[K, V]{capacity: capacity, order: list.New(), items: map[K]*list.Element{}, loading: map[K]*lruCall[V]{}}
+func newLRU[K comparable, V any](capacity int, evicted func(K, V)) *lru[K, V] {
+	return &lru[K, V]{capacity: capacity, evicted: evicted, order: list.New(), items: map[K]*list.Element{}, loading: map[K]*lruCall[V]{}}
 }
 
 // get returns the cached value for k, or loads it. hit reports whether the
@@ -62,17 +64,41 @@ func (c *lru[K, V]) get(k K, load func() (V, error)) (v V, hit bool, err error) 
 
 	c.mu.Lock()
 	delete(c.loading, k)
+	var dropped []*lruEntry[K, V]
 	if call.err == nil {
 		c.items[k] = c.order.PushFront(&lruEntry[K, V]{k, call.val})
 		for c.order.Len() > c.capacity {
-			old := c.order.Back()
-			c.order.Remove(old)
-			delete(c.items, old.Value.(*lruEntry[K, V]).key)
+			old := c.order.Remove(c.order.Back()).(*lruEntry[K, V])
+			delete(c.items, old.key)
+			dropped = append(dropped, old)
 		}
 	}
 	c.mu.Unlock()
 	close(call.done)
+	c.drop(dropped)
 	return call.val, false, call.err
+}
+
+// purge drops every cached entry (loads still running are not waited for).
+func (c *lru[K, V]) purge() {
+	c.mu.Lock()
+	var dropped []*lruEntry[K, V]
+	for e := c.order.Front(); e != nil; e = e.Next() {
+		dropped = append(dropped, e.Value.(*lruEntry[K, V]))
+	}
+	c.order.Init()
+	clear(c.items)
+	c.mu.Unlock()
+	c.drop(dropped)
+}
+
+func (c *lru[K, V]) drop(entries []*lruEntry[K, V]) {
+	if c.evicted == nil {
+		return
+	}
+	for _, e := range entries {
+		c.evicted(e.key, e.val)
+	}
 }
 
 // source is an opened array (or NGFF level) with what the engines need to
@@ -112,9 +138,9 @@ type metaCache struct {
 
 func newMetaCache(cfg Config, stats *statsSink) *metaCache {
 	return &metaCache{
-		arrays:  newLRU[string, *source](cfg.ZarrMetaCache),
-		indexes: newLRU[string, *zarr.ShardIndex](cfg.ShardIndexCache),
-		sizes:   newLRU[string, int64](cfg.ShardIndexCache),
+		arrays:  newLRU[string, *source](cfg.ZarrMetaCache, nil),
+		indexes: newLRU[string, *zarr.ShardIndex](cfg.ShardIndexCache, nil),
+		sizes:   newLRU[string, int64](cfg.ShardIndexCache, nil),
 		stats:   stats,
 		maxElem: cfg.MaxBytesPerElement,
 	}
