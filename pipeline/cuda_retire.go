@@ -191,7 +191,7 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 		}
 	}
 	outs := make([][]byte, len(jobs))
-	err := e.cpu.run(ctx, len(jobs), func(k int) error {
+	err := e.cpu.Run(ctx, len(jobs), func(k int) error {
 		j := jobs[k]
 		stored := make([]byte, j.chunk.Length)
 		if err := e.fds.read(&readOp{src: j.src, key: j.chunk.Key, offset: j.chunk.Offset, length: j.chunk.Length}, stored); err != nil {

@@ -167,9 +167,9 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	// than a zstd header check.
 	checks := make([]chunkCheck, len(w.jobs))
 	var checked atomic.Int64
-	tasks := min(len(w.jobs), 4*e.cpu.n)
+	tasks := min(len(w.jobs), 4*e.cpu.Size())
 	t := time.Now()
-	err := e.cpu.run(ctx, tasks, func(k int) error {
+	err := e.cpu.Run(ctx, tasks, func(k int) error {
 		for i := k * len(w.jobs) / tasks; i < (k+1)*len(w.jobs)/tasks; i++ {
 			j := bp.jobs[w.jobs[i]]
 			c, err := e.check(j, slab[j.slabOff:j.slabOff+j.chunk.Length])

@@ -17,7 +17,7 @@
 //     waves that fit a staging slab and a decode arena, and adjacent reads
 //     are coalesced under a cap.
 //   - read: IO workers pread each wave's ranges into a staging slab through
-//     an fd cache (single-flight opens, bounded by RLIMIT_NOFILE).
+//     an open-file cache (single-flight opens, bounded by RLIMIT_NOFILE).
 //   - decode and assemble: the host engine decodes on CPU workers into an
 //     arena and runs ptx.AssembleHost into the batch slot. The CUDA engine
 //     routes each chunk at plan time (nvCOMP, or a CPU worker for a
@@ -37,6 +37,8 @@
 // sample shape comes from it); a configuration that cannot work fails
 // there with ErrBudget naming the field to raise.
 //
-// Imports: zarr, cuda, nvcomp, ptx and dlpack. Nothing in the module
-// imports pipeline except cmd/damacy.
+// Imports: zarr, cuda, nvcomp, ptx and dlpack, and its subpackages cache
+// (the LRU and the open-file cache) and work (the worker pool), which
+// damacy bench's ceilings use too. Nothing in the module imports pipeline
+// except the command, cmd/damacy.
 package pipeline

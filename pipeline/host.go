@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/damacy-go/damacy/pipeline/work"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
@@ -25,8 +26,8 @@ type stages struct {
 	stats *statsSink
 	meta  *metaCache
 	fds   *fdCache
-	io    *workers
-	cpu   *workers
+	io    *work.Pool
+	cpu   *work.Pool
 	decs  chan *zarr.Decoder // one per CPU worker
 	lim   waveLimits
 	shape []int
@@ -39,7 +40,7 @@ func newStages(cfg Config, stats *statsSink) (*stages, error) {
 		cfg:   cfg,
 		stats: stats,
 		meta:  newMetaCache(cfg, stats),
-		fds:   newFDCache(fdCacheCapacity()),
+		fds:   newFDCache(),
 		decs:  make(chan *zarr.Decoder, cfg.ComputeThreads),
 		trace: tracer(cfg.Trace),
 	}
@@ -51,8 +52,8 @@ func newStages(cfg Config, stats *statsSink) (*stages, error) {
 		}
 		s.decs <- d
 	}
-	s.io = newWorkers(cfg.IOThreads)
-	s.cpu = newWorkers(cfg.ComputeThreads)
+	s.io = work.NewPool(cfg.IOThreads)
+	s.cpu = work.NewPool(cfg.ComputeThreads)
 	return s, nil
 }
 
@@ -68,8 +69,8 @@ func (s *stages) closeDecoders() {
 }
 
 func (s *stages) close() {
-	s.io.stop()
-	s.cpu.stop()
+	s.io.Stop()
+	s.cpu.Stop()
 	s.closeDecoders()
 	s.fds.closeAll()
 }
@@ -124,7 +125,7 @@ func (s *stages) read(ctx context.Context, w *wave, slab []byte) error {
 	for _, r := range w.reads {
 		n += r.length
 	}
-	err := s.io.run(ctx, len(w.reads), func(i int) error {
+	err := s.io.Run(ctx, len(w.reads), func(i int) error {
 		r := &w.reads[i]
 		return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
 	}, s.trace.workers("read", "io", w, n))
@@ -153,7 +154,7 @@ func (s *stages) decodeCPU(ctx context.Context, w *wave, slab []byte, pick func(
 		return nil
 	}
 	t := time.Now()
-	err := s.cpu.run(ctx, len(sel), func(i int) error {
+	err := s.cpu.Run(ctx, len(sel), func(i int) error {
 		j := sel[i]
 		if err := s.decodeJob(j, slab[j.slabOff:j.slabOff+j.chunk.Length], dst(j), j.bloscPayload); err != nil {
 			return decodeError(j, err)

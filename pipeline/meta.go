@@ -1,105 +1,16 @@
 package pipeline
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
 	"io/fs"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
+	"github.com/damacy-go/damacy/pipeline/cache"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 )
-
-// lru is a fixed-capacity least-recently-used cache whose misses are
-// single-flight: concurrent gets of one missing key run load once. Errors
-// are not cached. evicted, when set, is called (outside the lock) for each
-// entry the cache drops.
-type lru[K comparable, V any] struct {
-	mu       sync.Mutex
-	capacity int
-	evicted  func(K, V)
-	order    *list.List // front = most recent; values are *lruEntry
-	items    map[K]*list.Element
-	loading  map[K]*lruCall[V]
-}
-
-type lruEntry[K comparable, V any] struct {
-	key K
-	val V
-}
-
-type lruCall[V any] struct {
-	done chan struct{}
-	val  V
-	err  error
-}
-
-func newLRU[K comparable, V any](capacity int, evicted func(K, V)) *lru[K, V] {
-	return &lru[K, V]{capacity: capacity, evicted: evicted, order: list.New(), items: map[K]*list.Element{}, loading: map[K]*lruCall[V]{}}
-}
-
-// get returns the cached value for k, or loads it. hit reports whether the
-// value was cached (or being loaded by another caller).
-func (c *lru[K, V]) get(k K, load func() (V, error)) (v V, hit bool, err error) {
-	c.mu.Lock()
-	if e, ok := c.items[k]; ok {
-		c.order.MoveToFront(e)
-		v = e.Value.(*lruEntry[K, V]).val
-		c.mu.Unlock()
-		return v, true, nil
-	}
-	if call, ok := c.loading[k]; ok {
-		c.mu.Unlock()
-		<-call.done
-		return call.val, true, call.err
-	}
-	call := &lruCall[V]{done: make(chan struct{})}
-	c.loading[k] = call
-	c.mu.Unlock()
-
-	call.val, call.err = load()
-
-	c.mu.Lock()
-	delete(c.loading, k)
-	var dropped []*lruEntry[K, V]
-	if call.err == nil {
-		c.items[k] = c.order.PushFront(&lruEntry[K, V]{k, call.val})
-		for c.order.Len() > c.capacity {
-			old := c.order.Remove(c.order.Back()).(*lruEntry[K, V])
-			delete(c.items, old.key)
-			dropped = append(dropped, old)
-		}
-	}
-	c.mu.Unlock()
-	close(call.done)
-	c.drop(dropped)
-	return call.val, false, call.err
-}
-
-// purge drops every cached entry (loads still running are not waited for).
-func (c *lru[K, V]) purge() {
-	c.mu.Lock()
-	var dropped []*lruEntry[K, V]
-	for e := c.order.Front(); e != nil; e = e.Next() {
-		dropped = append(dropped, e.Value.(*lruEntry[K, V]))
-	}
-	c.order.Init()
-	clear(c.items)
-	c.mu.Unlock()
-	c.drop(dropped)
-}
-
-func (c *lru[K, V]) drop(entries []*lruEntry[K, V]) {
-	if c.evicted == nil {
-		return
-	}
-	for _, e := range entries {
-		c.evicted(e.key, e.val)
-	}
-}
 
 // source is an opened array (or NGFF level) with what the engines need to
 // read it: its store, how a decoded chunk is laid out for the gather, and
@@ -129,18 +40,18 @@ func (s *source) noteSpill() {
 
 // metaCache opens arrays and reads shard indexes, through two LRUs.
 type metaCache struct {
-	arrays  *lru[string, *source]
-	indexes *lru[string, *zarr.ShardIndex]
-	sizes   *lru[string, int64]
+	arrays  *cache.LRU[string, *source]
+	indexes *cache.LRU[string, *zarr.ShardIndex]
+	sizes   *cache.LRU[string, int64]
 	stats   *statsSink
 	maxElem int
 }
 
 func newMetaCache(cfg Config, stats *statsSink) *metaCache {
 	return &metaCache{
-		arrays:  newLRU[string, *source](cfg.ZarrMetaCache, nil),
-		indexes: newLRU[string, *zarr.ShardIndex](cfg.ShardIndexCache, nil),
-		sizes:   newLRU[string, int64](cfg.ShardIndexCache, nil),
+		arrays:  cache.NewLRU[string, *source](cfg.ZarrMetaCache, nil),
+		indexes: cache.NewLRU[string, *zarr.ShardIndex](cfg.ShardIndexCache, nil),
+		sizes:   cache.NewLRU[string, int64](cfg.ShardIndexCache, nil),
 		stats:   stats,
 		maxElem: cfg.MaxBytesPerElement,
 	}
@@ -149,7 +60,7 @@ func newMetaCache(cfg Config, stats *statsSink) *metaCache {
 // open returns the source for a sample's URI and level.
 func (m *metaCache) open(uri string, level int) (*source, error) {
 	key := uri + "\x00" + strconv.Itoa(level)
-	src, hit, err := m.arrays.get(key, func() (*source, error) { return m.load(uri, level) })
+	src, hit, err := m.arrays.Get(key, func() (*source, error) { return m.load(uri, level) })
 	m.stats.update(func(s *Stats) {
 		if hit {
 			s.ZarrMetaHits++
@@ -263,13 +174,13 @@ type locator struct {
 }
 
 func (l locator) Size(key string) (int64, error) {
-	n, _, err := l.m.sizes.get(l.src.uri+"\x00"+key, func() (int64, error) { return l.src.arr.Store().Size(key) })
+	n, _, err := l.m.sizes.Get(l.src.uri+"\x00"+key, func() (int64, error) { return l.src.arr.Store().Size(key) })
 	return n, err
 }
 
 func (l locator) ShardIndex(s *zarr.Sharding, shard zarr.Extent) (*zarr.ShardIndex, error) {
 	key := fmt.Sprintf("%s\x00%s\x00%d\x00%d", l.src.uri, shard.Key, shard.Offset, shard.Length)
-	idx, hit, err := l.m.indexes.get(key, func() (*zarr.ShardIndex, error) {
+	idx, hit, err := l.m.indexes.Get(key, func() (*zarr.ShardIndex, error) {
 		return zarr.ReadShardIndex(l.src.arr.Store(), s, shard)
 	})
 	l.m.stats.update(func(s *Stats) {

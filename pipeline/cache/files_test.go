@@ -1,4 +1,4 @@
-package pipeline
+package cache
 
 import (
 	"errors"
@@ -22,7 +22,7 @@ func TestFDCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := newFDCache(3)
+	c := NewFiles(3)
 	readable := func(o *openFile) bool {
 		var b [1]byte
 		_, err := o.f.ReadAt(b[:], 0)
@@ -75,7 +75,7 @@ func TestFDCache(t *testing.T) {
 	}
 	o.release()
 
-	c.closeAll()
+	c.Close()
 	if readable(o) || readable(again) {
 		t.Error("closeAll left files open")
 	}
@@ -94,7 +94,7 @@ func TestFDCacheConcurrent(t *testing.T) {
 		}
 		paths = append(paths, p)
 	}
-	c := newFDCache(2)
+	c := NewFiles(2)
 	var bad atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -115,7 +115,7 @@ func TestFDCacheConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	c.closeAll()
+	c.Close()
 	if n := bad.Load(); n > 0 {
 		t.Fatalf("%d reads failed", n)
 	}
