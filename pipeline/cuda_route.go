@@ -1,10 +1,9 @@
 package pipeline
 
 import (
-	"encoding/binary"
 	"unsafe"
 
-	"github.com/damacy-go/damacy/nvcomp"
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
@@ -32,48 +31,25 @@ func descEntries(j *job) int {
 }
 
 // entries returns the nvCOMP inputs of a GPU job, and whether they are
-// zstd (else LZ4), or nil when nvCOMP must not take it: every zstd input
-// is a frame with its exact content size (nvcomp.ZstdGPUCompatible), and a
-// blosc chunk has no raw stream. LZ4 blocks are walked on the GPU instead
+// zstd (else LZ4), or nil when nvCOMP must not take it: the streams
+// plan.NVCOMPStreams gives for the payload at poff in staging, each where
+// nvCOMP's input alignment allows. LZ4 blocks are walked on the GPU
 // (ptx.LZ4Check, the twin of nvcomp.LZ4GPUCheck), just before nvCOMP
 // decodes them: on the host the walk costs nearly as much as decoding.
 func (e *cudaEngine) entries(j *job, c zarr.Compression, payload []byte, poff int64) ([]nvEntry, bool) {
-	n := j.layout.Bytes()
-	switch c {
-	case zarr.CompressionZstd:
-		if poff%e.inAlign == 0 && nvcomp.ZstdGPUCompatible(payload, n) {
-			return []nvEntry{{job: j, in: poff, inLen: int64(len(payload)), size: int64(n)}}, true
-		}
-	case zarr.CompressionLZ4:
-		if len(payload) > 4 && (poff+4)%e.inAlign == 0 && binary.LittleEndian.Uint32(payload) == uint32(n) {
-			return []nvEntry{{job: j, in: poff + 4, inLen: int64(len(payload) - 4), size: int64(n)}}, false
-		}
-	case zarr.CompressionBlosc:
-		f, err := blosc.Parse(payload)
-		if err != nil || f.Header.Nbytes != n || f.Header.Memcpyed() {
-			return nil, false
-		}
-		comp := f.Header.Compressor()
-		zs := comp == blosc.Zstd
-		if !zs && comp != blosc.LZ4 && comp != blosc.LZ4HC {
-			return nil, false
-		}
-		ents := make([]nvEntry, 0, len(f.Streams))
-		for _, st := range f.Streams {
-			in := payload[st.Src : st.Src+st.CSize]
-			off := poff + int64(st.Src)
-			if st.Raw || off%e.inAlign != 0 {
-				return nil, false
-			}
-			if zs && !nvcomp.ZstdGPUCompatible(in, st.Size) {
-				return nil, false
-			}
-			ents = append(ents, nvEntry{job: j, in: off, inLen: int64(st.CSize), out: int64(st.Dst), size: int64(st.Size)})
-		}
-		setShuffle(&j.psrc, f.Header)
-		return ents, zs
+	streams, zs := plan.NVCOMPStreams(c, payload, j.layout.Bytes(), func(off int) bool { return (poff+int64(off))%e.inAlign == 0 })
+	if streams == nil {
+		return nil, false
 	}
-	return nil, false
+	ents := make([]nvEntry, len(streams))
+	for i, st := range streams {
+		ents[i] = nvEntry{job: j, in: poff + int64(st.Src), inLen: int64(st.Len), out: int64(st.Dst), size: int64(st.Size)}
+	}
+	if c == zarr.CompressionBlosc {
+		h, _ := blosc.ParseHeader(payload) // NVCOMPStreams parsed the frame
+		setShuffle(&j.psrc, h)
+	}
+	return ents, zs
 }
 
 // setShuffle records in src the shuffle a blosc chunk's decoded bytes are

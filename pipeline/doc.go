@@ -37,8 +37,9 @@
 // sample shape comes from it); a configuration that cannot work fails
 // there with ErrBudget naming the field to raise.
 //
-// Imports: zarr, cuda, nvcomp, ptx and dlpack, and its subpackages cache
-// (the LRU and the open-file cache) and work (the worker pool), which
-// damacy bench's ceilings use too. Nothing in the module imports pipeline
-// except the command, cmd/damacy.
+// Imports: zarr, cuda, nvcomp, ptx and dlpack, and its subpackages, which
+// damacy bench's ceilings use too: plan (the zarr-level plan of a batch,
+// the assemble ops, the rule for what nvCOMP receives), cache (the LRU, a
+// caching zarr.Locator, the open-file cache) and work (the worker pool).
+// Nothing in the module imports pipeline except the command, cmd/damacy.
 package pipeline

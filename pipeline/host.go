@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/pipeline/work"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
@@ -202,25 +203,23 @@ func (s *stages) assemblePlan(p *ptx.Plan, w *wave, off func(*job) int64) (int64
 	var fills, elems int64
 	for _, ci := range w.copies {
 		c := &bp.copies[ci]
-		dst, ext := ints(c.dst), ints(c.shape)
-		n := int64(1)
-		for _, e := range c.shape {
-			n *= e
-		}
-		elems += n
-		if c.job < 0 {
+		if c.Job < 0 {
 			fills++
-			if err := p.Fill(c.sample, dst, ext, c.fill); err != nil {
+			n, err := plan.AddOp(p, c, nil, bp.fills[c.Sample])
+			if err != nil {
 				return 0, newError("assemble", ErrInvalid, "", err)
 			}
+			elems += n
 			continue
 		}
-		j := bp.jobs[c.job]
+		j := bp.jobs[c.Job]
 		src := j.psrc
 		src.Offset = off(j)
-		if err := p.Copy(c.sample, dst, ext, &src, ints(c.src)); err != nil {
+		n, err := plan.AddOp(p, c, &src, 0)
+		if err != nil {
 			return 0, newError("assemble", ErrInvalid, j.src.uri, err)
 		}
+		elems += n
 	}
 	s.stats.update(func(st *Stats) { st.ChunksFill += fills })
 	return elems, nil
@@ -275,11 +274,11 @@ func (h *hostEngine) reserve(shape []int) error {
 	if err := l.Validate(); err != nil {
 		return newError("new", ErrInvalid, "", err)
 	}
-	plan, err := ptx.NewPlan(l)
+	full, err := ptx.NewPlan(l)
 	if err != nil {
 		return newError("new", ErrInvalid, "", err)
 	}
-	h.full = plan
+	h.full = full
 	bytes := l.Bytes()
 	slots := make([]*slot, h.cfg.BatchSlots)
 	for i := range slots {

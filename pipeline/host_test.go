@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
@@ -85,13 +86,14 @@ func writeCase(t testing.TB, dir string, sc storeCase, seed uint64) string {
 // expected converts a region read by the reference reader to the output
 // dtype, as the engines must.
 func expected(r *zarr.Region, out Dtype) []byte {
-	dt, _ := ptxDtype(r.DataType)
+	dt, _ := plan.Dtype(r.DataType)
 	size := r.DataType.Size()
 	n := len(r.Data) / size
 	b := make([]byte, n*out.Size())
 	for i := range n {
-		v := leUint(r.Data[i*size : (i+1)*size])
-		f := ptx.Float32Bits(dt, v)
+		var e [8]byte
+		copy(e[:], r.Data[i*size:(i+1)*size])
+		f := ptx.Float32Bits(dt, binary.LittleEndian.Uint64(e[:]))
 		if out == BF16 {
 			binary.LittleEndian.PutUint16(b[2*i:], ptx.BFloat16Bits(f))
 		} else {

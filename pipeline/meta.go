@@ -2,12 +2,12 @@ package pipeline
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"strconv"
 	"sync/atomic"
 
 	"github.com/damacy-go/damacy/pipeline/cache"
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 )
@@ -20,7 +20,8 @@ type source struct {
 	arr   *zarr.Array
 	dir   *zarr.DirStore // the local directory behind arr, for pread through the fd cache
 	dtype ptx.Dtype
-	fill  uint32 // fill value as float32 bits, as the kernels take it
+	fill  uint32         // fill value as float32 bits, as the kernels take it
+	loc   *cache.Locator // plans through the metadata cache's LRUs
 
 	// cpuOnly is set once nvCOMP has had to refuse a good share of this
 	// array's chunks (zstd frames without a content size, blosc chunks of
@@ -100,15 +101,25 @@ func (m *metaCache) load(uri string, level int) (*source, error) {
 	if dt.Size() > m.maxElem {
 		return nil, errorf("open", ErrDtype, uri, "%s elements are %d bytes, above Config.MaxBytesPerElement = %d", dt, dt.Size(), m.maxElem)
 	}
-	pdt, ok := ptxDtype(dt)
+	pdt, ok := plan.Dtype(dt)
 	if !ok {
 		return nil, errorf("open", ErrDtype, uri, "data type %s has no cast to float32", dt)
 	}
-	src := &source{uri: uri, arr: arr, dtype: pdt}
+	src := &source{uri: uri, arr: arr, dtype: pdt, fill: plan.FillBits(pdt, arr.FillValue())}
 	src.dir, _ = arr.Store().(*zarr.DirStore)
-	fill := arr.FillValue()
-	src.fill = ptx.Float32Bits(pdt, leUint(fill))
+	src.loc = &cache.Locator{Store: arr.Store(), ID: uri, Sizes: m.sizes, Indexes: m.indexes, IndexLookup: m.countIndex}
 	return src, nil
+}
+
+// countIndex counts a shard index lookup as a hit or a miss.
+func (m *metaCache) countIndex(hit bool) {
+	m.stats.update(func(s *Stats) {
+		if hit {
+			s.ShardIndexHits++
+		} else {
+			s.ShardIndexMisses++
+		}
+	})
 }
 
 // openError maps zarr's errors onto the pipeline's kinds.
@@ -127,68 +138,4 @@ func openError(uri string, err error) error {
 		kind = ErrStorage
 	}
 	return newError("open", kind, uri, err)
-}
-
-func leUint(b []byte) uint64 {
-	var v uint64
-	for i := len(b) - 1; i >= 0; i-- {
-		v = v<<8 | uint64(b[i])
-	}
-	return v
-}
-
-func ptxDtype(t zarr.DataType) (ptx.Dtype, bool) {
-	switch t {
-	case zarr.Bool:
-		return ptx.Bool, true
-	case zarr.Int8:
-		return ptx.Int8, true
-	case zarr.Int16:
-		return ptx.Int16, true
-	case zarr.Int32:
-		return ptx.Int32, true
-	case zarr.Int64:
-		return ptx.Int64, true
-	case zarr.Uint8:
-		return ptx.Uint8, true
-	case zarr.Uint16:
-		return ptx.Uint16, true
-	case zarr.Uint32:
-		return ptx.Uint32, true
-	case zarr.Uint64:
-		return ptx.Uint64, true
-	case zarr.Float16:
-		return ptx.Float16, true
-	case zarr.Float32:
-		return ptx.Float32, true
-	case zarr.Float64:
-		return ptx.Float64, true
-	}
-	return 0, false
-}
-
-// locator is a zarr.Locator for one source that goes through the caches.
-type locator struct {
-	m   *metaCache
-	src *source
-}
-
-func (l locator) Size(key string) (int64, error) {
-	n, _, err := l.m.sizes.Get(l.src.uri+"\x00"+key, func() (int64, error) { return l.src.arr.Store().Size(key) })
-	return n, err
-}
-
-func (l locator) ShardIndex(s *zarr.Sharding, shard zarr.Extent) (*zarr.ShardIndex, error) {
-	key := fmt.Sprintf("%s\x00%s\x00%d\x00%d", l.src.uri, shard.Key, shard.Offset, shard.Length)
-	idx, hit, err := l.m.indexes.Get(key, func() (*zarr.ShardIndex, error) {
-		return zarr.ReadShardIndex(l.src.arr.Store(), s, shard)
-	})
-	l.m.stats.update(func(s *Stats) {
-		if hit {
-			s.ShardIndexHits++
-		} else {
-			s.ShardIndexMisses++
-		}
-	})
-	return idx, err
 }
