@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/binary"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 	"github.com/damacy-go/damacy/cuda"
 	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/pipeline"
@@ -30,17 +31,17 @@ func gpuLine(device string) (gpu, driver string) {
 
 // gpuCeilings measures, on the run's GPU, pinned host-to-device copies at
 // the run's average copy size and the assemble kernel over ab.
-func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]ceiling, error) {
+func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]Ceiling, error) {
 	ex, err := gpuExecutor(device)
 	if err != nil {
 		return nil, err
 	}
 	defer ex.Close()
-	var cs []ceiling
+	var cs []Ceiling
 	var errs []error
 	if st.H2D.Count > 0 && st.H2D.InBytes > 0 {
 		size := int(st.H2D.InBytes / st.H2D.Count)
-		var c ceiling
+		var c Ceiling
 		err := ex.Do(func() error {
 			var err error
 			c, err = h2dCeiling(size)
@@ -54,7 +55,7 @@ func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]ceiling
 		}
 	}
 	if ab != nil {
-		var c ceiling
+		var c Ceiling
 		err := ex.Do(func() error {
 			var err error
 			c, err = assembleOnlyGPU(ab)
@@ -71,7 +72,7 @@ func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]ceiling
 
 // h2dCeiling times back-to-back pinned copies of size bytes on one stream
 // with events. It runs on an executor's thread.
-func h2dCeiling(size int) (c ceiling, err error) {
+func h2dCeiling(size int) (c Ceiling, err error) {
 	size = max(size, 1)
 	count := max(10, h2dMinBytes/size)
 	host, err := cuda.HostAlloc(size, 0)
@@ -94,8 +95,8 @@ func h2dCeiling(size int) (c ceiling, err error) {
 		return c, err
 	}
 	total := int64(size) * int64(count)
-	return ceiling{
-		Name: "h2d (pinned)", Of: "copied", Detail: fmt.Sprintf("%d copies of %s", count, formatBytes(int64(size))),
+	return Ceiling{
+		Name: "h2d (pinned)", Of: "copied", Detail: fmt.Sprintf("%d copies of %s", count, base.FormatBytes(int64(size))),
 		Bytes: total, Time: el, GBps: float64(total) / el.Seconds() / 1e9, Limits: true,
 	}, nil
 }
@@ -135,7 +136,7 @@ func timeOnStream(s cuda.Stream, count int, f func() error) (time.Duration, erro
 
 // assembleOnlyGPU times the assemble kernel over ab's batch. It runs on an
 // executor's thread.
-func assembleOnlyGPU(ab *assembleBench) (c ceiling, err error) {
+func assembleOnlyGPU(ab *assembleBench) (c Ceiling, err error) {
 	k, err := ptx.Load()
 	if err != nil {
 		return c, err
@@ -196,7 +197,7 @@ func assembleOnlyGPU(ab *assembleBench) (c ceiling, err error) {
 	}
 	total := l.Bytes() * count
 	g := float64(total) / el.Seconds() / 1e9
-	return ceiling{
+	return Ceiling{
 		Name: "assemble-only (gpu)", Of: "output", Detail: fmt.Sprintf("%d samples, %d ops, %d launches", l.Samples, len(ab.plan.Ops()), count),
 		Bytes: total, Time: el, GBps: g, OutputGBps: g, Limits: true,
 	}, nil
@@ -269,10 +270,10 @@ func nvcompStreams(c zarr.Compression, p []byte, n int) (streams [][]byte, sizes
 // bytes (nvcompCallBytes) in one batched call repeated on one
 // stream, with every chunk's status and size checked once. The rate is
 // the bytes of both over the time of both.
-func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (ceiling, error) {
+func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (Ceiling, error) {
 	lib, err := nvcomp.Load()
 	if err != nil {
-		return ceiling{}, err
+		return Ceiling{}, err
 	}
 	var zs, lz nvcompInputs
 	for i := range ds.refs {
@@ -283,7 +284,7 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (ceiling, e
 		}
 		p, err := r.chunk.Payload(ds.chunk(i))
 		if err != nil {
-			return ceiling{}, err
+			return Ceiling{}, err
 		}
 		streams, sizes, zstd, ok := nvcompStreams(rt.Compression, p, r.decodedBytes())
 		in := &lz
@@ -298,14 +299,14 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (ceiling, e
 		}
 	}
 	if zs.total+lz.total == 0 {
-		return ceiling{}, errors.New("no chunk of the sample is one that nvCOMP decodes")
+		return Ceiling{}, errors.New("no chunk of the sample is one that nvCOMP decodes")
 	}
 	ex, err := gpuExecutor(device)
 	if err != nil {
-		return ceiling{}, err
+		return Ceiling{}, err
 	}
 	defer ex.Close()
-	var c ceiling
+	var c Ceiling
 	var parts []string
 	for _, x := range []struct {
 		alg nvcomp.Algorithm
@@ -330,13 +331,13 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (ceiling, e
 			return err
 		})
 		if err != nil {
-			return ceiling{}, err
+			return Ceiling{}, err
 		}
 		c.Bytes += bytes
 		c.Time += el
 		parts = append(parts, fmt.Sprintf("%s %d streams", x.alg, len(x.in.sizes)))
 	}
-	return ceiling{
+	return Ceiling{
 		Name: "decode-only (nvcomp)", Of: "decoded",
 		Detail: fmt.Sprintf("%s, %s, one batched call each, %d calls", lib.Version, strings.Join(parts, " + "), nvcompCalls),
 		Bytes:  c.Bytes, Time: c.Time, GBps: float64(c.Bytes) / c.Time.Seconds() / 1e9, Limits: true,

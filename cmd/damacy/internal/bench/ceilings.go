@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"cmp"
@@ -15,13 +15,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 )
 
-// ceiling is one bound measured after the run, over the run's own data.
-type ceiling struct {
+// Ceiling is one bound measured after the run, over the run's own data.
+type Ceiling struct {
 	Name   string        `json:"name"`
 	GBps   float64       `json:"gbps"`   // the measurement's own rate
 	Of     string        `json:"of"`     // what GBps counts: read, decoded, output or copied bytes
@@ -307,7 +308,7 @@ func preadAll(ctx context.Context, fset *fileSet, ranges []readRange, buf []byte
 // measureCeilings measures the ceilings after the run (see damacy help
 // bench). A ceiling that cannot be measured is left out, with the reason
 // in the returned error; the others are still returned.
-func measureCeilings(ctx context.Context, e *env, sc *Scenario, bs *boxSet, rep *benchReport, st pipeline.Stats, o *benchOptions, tr *tracer) ([]ceiling, error) {
+func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report, st pipeline.Stats, o Options, tr *tracer) ([]Ceiling, error) {
 	t := time.Now()
 	rp, err := replan(ctx, bs)
 	if err != nil {
@@ -316,11 +317,11 @@ func measureCeilings(ctx context.Context, e *env, sc *Scenario, bs *boxSet, rep 
 	tr.span(traceRowPhases, "ceiling", "replan", t, time.Now(), nil)
 	out := float64(st.OutputBytes)
 	gpu := strings.HasPrefix(rep.Device, "cuda")
-	var cs []ceiling
+	var cs []Ceiling
 	var errs []error
 
 	// pread replay.
-	if o.dropCache {
+	if o.DropCache {
 		if err := dropDatasetCache(bs.DatasetDir); err != nil {
 			return nil, err
 		}
@@ -337,7 +338,7 @@ func measureCeilings(ctx context.Context, e *env, sc *Scenario, bs *boxSet, rep 
 	if err != nil {
 		return nil, err
 	}
-	c := ceiling{Name: "pread replay", Of: "read", Detail: fmt.Sprintf("%d threads, %d ranges, %s per range", threads, len(ranges), formatBytes(n/int64(max(len(ranges), 1)))), Bytes: n, Time: el, Limits: true}
+	c := Ceiling{Name: "pread replay", Of: "read", Detail: fmt.Sprintf("%d threads, %d ranges, %s per range", threads, len(ranges), base.FormatBytes(n/int64(max(len(ranges), 1)))), Bytes: n, Time: el, Limits: true}
 	c.GBps = float64(n) / el.Seconds() / 1e9
 	if n > 0 {
 		// The run needs BytesRead per OutputBytes; the replay reads only
@@ -449,7 +450,7 @@ func (ds *decodeSample) chunk(i int) []byte {
 
 // decodeOnly decodes the sample with one decoder per CPU, repeating the
 // pass until minCeilingTime has passed.
-func decodeOnly(ctx context.Context, ds *decodeSample) (ceiling, error) {
+func decodeOnly(ctx context.Context, ds *decodeSample) (Ceiling, error) {
 	refs := ds.refs
 	workers := runtime.GOMAXPROCS(0)
 	decs := make([]*zarr.Decoder, workers)
@@ -480,11 +481,11 @@ func decodeOnly(ctx context.Context, ds *decodeSample) (ceiling, error) {
 	}
 	el, reps, err := timeRepeated(pass)
 	if err != nil {
-		return ceiling{}, err
+		return Ceiling{}, err
 	}
 	total := ds.decoded * int64(reps)
-	return ceiling{
-		Name: "decode-only (cpu)", Of: "decoded", Detail: fmt.Sprintf("%d workers, %d chunks, %s stored", workers, len(refs), formatBytes(ds.stored)),
+	return Ceiling{
+		Name: "decode-only (cpu)", Of: "decoded", Detail: fmt.Sprintf("%d workers, %d chunks, %s stored", workers, len(refs), base.FormatBytes(ds.stored)),
 		Bytes: total, Time: el, GBps: float64(total) / el.Seconds() / 1e9,
 	}, nil
 }
@@ -685,7 +686,7 @@ func ptxDtype(dt zarr.DataType) (ptx.Dtype, error) {
 
 // assembleOnlyCPU times ptx.AssembleHost, the host engine's assemble, over
 // one batch with one worker per CPU.
-func assembleOnlyCPU(ab *assembleBench) ceiling {
+func assembleOnlyCPU(ab *assembleBench) Ceiling {
 	l := ab.plan.Layout()
 	out := make([]byte, l.Bytes())
 	workers := runtime.GOMAXPROCS(0)
@@ -695,11 +696,11 @@ func assembleOnlyCPU(ab *assembleBench) ceiling {
 		return aerr
 	})
 	if err != nil {
-		return ceiling{Name: "assemble-only (cpu)", Note: err.Error()}
+		return Ceiling{Name: "assemble-only (cpu)", Note: err.Error()}
 	}
 	total := l.Bytes() * int64(reps)
 	g := float64(total) / el.Seconds() / 1e9
-	return ceiling{
+	return Ceiling{
 		Name: "assemble-only (cpu)", Of: "output", Detail: fmt.Sprintf("%d workers, %d samples, %d ops", workers, l.Samples, len(ab.plan.Ops())),
 		Bytes: total, Time: el, GBps: g, OutputGBps: g,
 	}

@@ -1,0 +1,7 @@
+// Package bench is the harness behind damacy bench and damacy gen:
+// scenarios (a synthetic dataset and how to read it, with the built-in
+// ones embedded), the generation of their datasets, the boxes a run
+// reads, the run with its report and trace, the check of a batch against
+// the reference reader, and the ceilings measured after the run over the
+// same boxes.
+package bench
