@@ -12,9 +12,8 @@ import (
 	"github.com/damacy-go/damacy/cuda"
 	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/pipeline"
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
-	"github.com/damacy-go/damacy/zarr"
-	"github.com/damacy-go/damacy/zarr/blosc"
 )
 
 // gpuLine names the GPU of device "cuda:N" and the driver's CUDA version.
@@ -227,46 +226,22 @@ func (in *nvcompInputs) add(p []byte, n int) {
 	in.total += n
 }
 
-// nvcompStreams returns what nvCOMP decodes of a chunk's payload (n
-// decoded bytes), by the CUDA engine's rules: a zstd frame that
-// nvcomp.ZstdGPUCompatible accepts, an LZ4 block (past numcodecs' size
-// prefix) that passes nvcomp.LZ4GPUCheck, or the streams of a blosc chunk
-// compressed with zstd or LZ4, every one passing those checks. ok is false
-// when the CUDA engine would decode the chunk on the CPU.
-func nvcompStreams(c zarr.Compression, p []byte, n int) (streams [][]byte, sizes []int, zstd, ok bool) {
-	switch c {
-	case zarr.CompressionZstd:
-		return [][]byte{p}, []int{n}, true, nvcomp.ZstdGPUCompatible(p, n)
-	case zarr.CompressionLZ4:
-		ok = len(p) > 4 && binary.LittleEndian.Uint32(p) == uint32(n) && nvcomp.LZ4GPUCheck(p[4:], n) == nil
-		if ok {
-			return [][]byte{p[4:]}, []int{n}, false, true
+// lz4Walks reports whether every LZ4 stream of payload passes
+// nvcomp.LZ4GPUCheck, the host twin of the walk the CUDA engine runs on
+// the GPU before nvCOMP (a block it refuses the engine decodes on the CPU).
+func lz4Walks(payload []byte, streams []plan.Stream) bool {
+	for _, s := range streams {
+		if nvcomp.LZ4GPUCheck(payload[s.Src:s.Src+s.Len], s.Size) != nil {
+			return false
 		}
-	case zarr.CompressionBlosc:
-		f, err := blosc.Parse(p)
-		if err != nil || f.Header.Nbytes != n || f.Header.Memcpyed() {
-			return nil, nil, false, false
-		}
-		comp := f.Header.Compressor()
-		zstd = comp == blosc.Zstd
-		if !zstd && comp != blosc.LZ4 && comp != blosc.LZ4HC {
-			return nil, nil, false, false
-		}
-		for _, st := range f.Streams {
-			in := p[st.Src : st.Src+st.CSize]
-			if st.Raw || zstd && !nvcomp.ZstdGPUCompatible(in, st.Size) || !zstd && nvcomp.LZ4GPUCheck(in, st.Size) != nil {
-				return nil, nil, false, false
-			}
-			streams, sizes = append(streams, in), append(sizes, st.Size)
-		}
-		return streams, sizes, zstd, true
 	}
-	return nil, nil, false, false
+	return true
 }
 
-// nvcompDecodeOnly times nvCOMP's batched decoders over what it may decode
-// of the sample's chunks (nvcompStreams; LZ4 with the GPU check the CUDA
-// engine runs before it): for zstd and for LZ4, up to maxBytes of decoded
+// nvcompDecodeOnly times nvCOMP's batched decoders over what the CUDA
+// engine sends it of the sample's chunks (plan.NVCOMPStreams; LZ4 blocks
+// that pass the GPU check, which runs before each decode as in the
+// engine): for zstd and for LZ4, up to maxBytes of decoded
 // bytes (nvcompCallBytes) in one batched call repeated on one
 // stream, with every chunk's status and size checked once. The rate is
 // the bytes of both over the time of both.
@@ -286,16 +261,16 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (Ceiling, e
 		if err != nil {
 			return Ceiling{}, err
 		}
-		streams, sizes, zstd, ok := nvcompStreams(rt.Compression, p, r.decodedBytes())
+		streams, zstd := plan.NVCOMPStreams(rt.Compression, p, r.decodedBytes(), nil)
 		in := &lz
 		if zstd {
 			in = &zs
 		}
-		if !ok || in.total+r.decodedBytes() > maxBytes {
+		if streams == nil || !zstd && !lz4Walks(p, streams) || in.total+r.decodedBytes() > maxBytes {
 			continue
 		}
-		for k, s := range streams {
-			in.add(s, sizes[k])
+		for _, s := range streams {
+			in.add(p[s.Src:s.Src+s.Len], s.Size)
 		}
 	}
 	if zs.total+lz.total == 0 {

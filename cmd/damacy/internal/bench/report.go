@@ -145,7 +145,7 @@ func (r *Report) WriteText(w io.Writer) {
 			p("%-22s %10.3f GB/s %-7s %15s   %s\n", cl.Name, cl.GBps, cl.Of, out, note)
 		}
 		if r.Lowest != "" {
-			p("\nlowest Ceiling: %s; throughput is %.0f%% of it\n", r.Lowest, 100*r.OfLowest)
+			p("\nlowest ceiling: %s; throughput is %.0f%% of it\n", r.Lowest, 100*r.OfLowest)
 		}
 	}
 	if r.CeilingError != "" {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/damacy-go/damacy/pipeline"
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 )
@@ -49,9 +50,9 @@ func verifyBatch(b *pipeline.Batch, bs *boxSet, samples []boxSample) error {
 		if err != nil {
 			return err
 		}
-		src, err := ptxDtype(reg.DataType)
-		if err != nil {
-			return err
+		src, ok := plan.Dtype(reg.DataType)
+		if !ok {
+			return fmt.Errorf("no kernel type for %v", reg.DataType)
 		}
 		es := reg.DataType.Size()
 		got := data[k*per : (k+1)*per]
