@@ -33,6 +33,19 @@
 //     decodes again on the CPU any chunk nvCOMP did not, then reassembles
 //     that wave.
 //
+// # Files
+//
+// pipeline.go is the API (Push, PushSeq, Pop, Flush, Shutdown, Close) and
+// the intake; config.go, errors.go, stats.go and trace.go its types;
+// batch.go the Batch and its DLPack export. meta.go opens arrays, plan.go
+// plans batches into jobs, waves and reads, io.go reads. host.go holds the
+// stages both engines share and the host engine. The CUDA engine goes
+// stage by stage: cuda_setup.go (budgets, buffers, batch slots),
+// cuda_route.go (which decoder takes a chunk, nvCOMP's entries),
+// cuda_wave.go (load, prepare, submit), cuda_retire.go (waiting, status
+// checks, the CPU redo) and cuda_close.go; split.go steers its hybrid
+// decode.
+//
 // All memory is reserved at New (batch slots at the first Push when the
 // sample shape comes from it); a configuration that cannot work fails
 // there with ErrBudget naming the field to raise.
