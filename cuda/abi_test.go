@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // TestStructLayout checks the Go mirrors of the C structs passed to the
@@ -82,7 +84,7 @@ func TestIPCHandleByValue(t *testing.T) {
 	bindStandin(t, h, "cuIpcOpenMemHandle_v2", &d.cuIpcOpenMemHandle_v2)
 	var got func(handle *byte, flags *uint32)
 	bindStandin(t, h, "standin_ipc", &got)
-	r := rand.New(rand.NewPCG(rand.Uint64(), 1))
+	r := rand.New(rand.NewPCG(zarrtest.Seed(t), 1))
 	for range 10 {
 		var handle IPCMemHandle
 		for i := range handle.Reserved {
@@ -122,7 +124,7 @@ func TestLaunchMarshalling(t *testing.T) {
 	bindStandin(t, h, "standin_set_sizes", &setSizes)
 	bindStandin(t, h, "standin_launch", &got)
 
-	r := rand.New(rand.NewPCG(rand.Uint64(), 2))
+	r := rand.New(rand.NewPCG(zarrtest.Seed(t), 2))
 	sp := &testParams{out: DevicePtr(r.Uint64()), in: DevicePtr(r.Uint64()), a: r.Float32(), b: -r.Float32(), n: r.Uint32()}
 	args := []any{
 		DevicePtr(r.Uint64()), uintptr(r.Uint64()), int8(-3), uint8(r.Uint32()), int16(-1234), uint16(r.Uint32()),

@@ -21,6 +21,7 @@ import (
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
 	"github.com/damacy-go/damacy/zarr/writer"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // This file is the end-to-end proof of the pipeline's DLPack export: a
@@ -260,8 +261,7 @@ var torchRuns = []torchRun{
 // the tensor. At the end every slot is back and Close succeeds.
 func TestPipelineTorch(t *testing.T) {
 	in := torchConsumer(t)
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	srcs := writeTorchStores(t, t.TempDir(), seed)
 	r := rand.New(rand.NewPCG(seed, 11))
 	for _, run := range torchRuns {

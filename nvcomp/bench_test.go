@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/damacy-go/damacy/cuda"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 )
@@ -268,13 +269,13 @@ func TestDecodeThroughput(t *testing.T) {
 		name, lib.Version, lib.CUDARuntime.Major, lib.CUDARuntime.Minor, runtime.GOMAXPROCS(0), runtime.NumCPU())
 	fmt.Fprintf(&tab, "%-5s %-13s %7s %6s | %6s %10s %10s %9s | %10s\n",
 		"codec", "data", "chunk", "ratio", "batch", "GPU GB/s", "enqueue", "temp MiB", "CPU GB/s")
+	seed := zarrtest.Seed(t)
 	for _, data := range []string{"u16", "u16 shuffled"} {
 		for _, codec := range []string{"zstd", "lz4"} {
 			for _, chunk := range []int{64 << 10, 256 << 10, 1 << 20} {
 				section := fmt.Sprintf("%s/%s/%d", codec, data, chunk)
-				cmd := exec.Command(os.Args[0], "-test.run=^TestThroughputSection$", "-test.count=1", "-test.timeout=5m",
-					fmt.Sprintf("-nvcomp.seed=%d", testSeed()))
-				cmd.Env = append(os.Environ(), benchSectionEnv+"="+section+";"+rows)
+				cmd := exec.Command(os.Args[0], "-test.run=^TestThroughputSection$", "-test.count=1", "-test.timeout=5m")
+				cmd.Env = append(os.Environ(), benchSectionEnv+"="+section+";"+rows, fmt.Sprintf("%s=%d", zarrtest.SeedEnv, seed))
 				if out, err := cmd.CombinedOutput(); err != nil {
 					lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 					f, ferr := os.OpenFile(rows, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -318,7 +319,7 @@ func TestThroughputSection(t *testing.T) {
 	}
 	defer f.Close()
 	lib, e := gpuEnv(t)
-	s := newBenchSet(t, data, codec, chunk, 256<<20, testSeed())
+	s := newBenchSet(t, data, codec, chunk, 256<<20, zarrtest.Seed(t))
 	cpu := cpuThroughput(t, s)
 	var in, out cuda.DevicePtr
 	inOff := make([]int, len(s.comp))

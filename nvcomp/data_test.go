@@ -2,34 +2,24 @@ package nvcomp
 
 import (
 	"encoding/binary"
-	"flag"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // Test data and encoders shared by the CPU and GPU tests. Every test draws a
-// fresh seed and logs it, so a failure can be replayed with -nvcomp.seed.
-
-var seedFlag = flag.Uint64("nvcomp.seed", 0, "seed of the tests' random data (0: a fresh one per run)")
-
-// testSeed is the run's seed: -nvcomp.seed, or a fresh random one.
-var testSeed = sync.OnceValue(func() uint64 {
-	if *seedFlag != 0 {
-		return *seedFlag
-	}
-	return rand.Uint64()
-})
+// fresh seed and logs it (zarrtest.Seed), so a failure can be replayed with
+// DAMACY_SEED.
 
 // newRand returns a generator seeded from the test's seed and name.
 func newRand(t testing.TB) *rand.Rand {
 	t.Helper()
-	seed := testSeed()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	var h uint64
 	for _, c := range t.Name() {
 		h = h*1099511628211 + uint64(c)

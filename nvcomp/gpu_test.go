@@ -760,7 +760,7 @@ func mustPython(t testing.TB) string {
 func TestTensorstoreChunks(t *testing.T) {
 	py := mustPython(t)
 	dir := t.TempDir()
-	seed := strconv.FormatUint(testSeed()%1_000_000_007, 10)
+	seed := strconv.FormatUint(zarrtest.Seed(t)%1_000_000_007, 10)
 	if out, err := exec.Command(py, filepath.Join("testdata", "tensorstore_zstd.py"), dir, seed).CombinedOutput(); err != nil {
 		t.Fatalf("tensorstore_zstd.py: %v\n%s", err, out)
 	}

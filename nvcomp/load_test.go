@@ -11,11 +11,14 @@ import (
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/damacy-go/damacy/cuda/cudatest"
 )
 
 // mustLoad returns the process's nvCOMP library, or skips the test saying
 // why there is none. When DAMACY_NVCOMP is set, a load failure fails the
-// test instead: the library was asked for by name.
+// test instead: the library was asked for by name; so does it on the GPU
+// host (cudatest.RequireNVCOMP).
 func mustLoad(t testing.TB) *Library {
 	t.Helper()
 	lib, err := Load()
@@ -23,6 +26,7 @@ func mustLoad(t testing.TB) *Library {
 		if os.Getenv(EnvLibrary) != "" {
 			t.Fatalf("%s=%s, but: %v", EnvLibrary, os.Getenv(EnvLibrary), err)
 		}
+		cudatest.RequireNVCOMP(t, err)
 		t.Skipf("no nvCOMP library (set %s to a libnvcomp.so.N to run this test): %v", EnvLibrary, err)
 	}
 	return lib

@@ -267,7 +267,7 @@ func FuzzZstdGPUReason(f *testing.F) {
 func TestZstdGPUReasonLibzstd(t *testing.T) {
 	py := zarrtest.MustHavePython(t, "numpy", "numcodecs")
 	dir := t.TempDir()
-	seed := strconv.FormatUint(testSeed()%1_000_000_007, 10)
+	seed := strconv.FormatUint(zarrtest.Seed(t)%1_000_000_007, 10)
 	if out, err := exec.Command(py, filepath.Join("testdata", "libzstd_frames.py"), dir, seed).CombinedOutput(); err != nil {
 		t.Fatalf("libzstd_frames.py: %v\n%s", err, out)
 	}

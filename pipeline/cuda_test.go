@@ -9,14 +9,22 @@ import (
 	"time"
 
 	"github.com/damacy-go/damacy/cuda/cudatest"
+	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/writer"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // runBoth streams the same samples through the host engine and through a
-// CUDA engine and requires bit-identical batches.
+// CUDA engine and requires bit-identical batches. withNVCOMP asks for
+// nvCOMP: on the GPU host (DAMACY_REQUIRE_GPU=1) the test fails if it does
+// not load, elsewhere the CUDA engine then decodes on the CPU.
 func runBoth(t *testing.T, cfg Config, samples []Sample, withNVCOMP bool) Stats {
 	t.Helper()
+	if withNVCOMP {
+		_, err := nvcomp.Load()
+		cudatest.RequireNVCOMP(t, err)
+	}
 	hcfg := cfg
 	hcfg.Device = "cpu"
 	hcfg, err := hcfg.withDefaults()
@@ -97,8 +105,7 @@ func runBoth(t *testing.T, cfg Config, samples []Sample, withNVCOMP bool) Stats 
 func TestCUDAEngineMatchesHost(t *testing.T) {
 	cudatest.MustHaveGPU(t)
 	dir := t.TempDir()
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	var paths []string
 	for ci, codec := range e2eCodecs {

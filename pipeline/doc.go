@@ -17,7 +17,7 @@
 //     waves that fit a staging slab and a decode arena, and adjacent reads
 //     are coalesced under a cap.
 //   - read: IO workers pread each wave's ranges into a staging slab through
-//     an fd cache (single-flight opens, bounded by RLIMIT_NOFILE).
+//     an open-file cache (single-flight opens, bounded by RLIMIT_NOFILE).
 //   - decode and assemble: the host engine decodes on CPU workers into an
 //     arena and runs ptx.AssembleHost into the batch slot. The CUDA engine
 //     routes each chunk at plan time (nvCOMP, or a CPU worker for a
@@ -33,10 +33,26 @@
 //     decodes again on the CPU any chunk nvCOMP did not, then reassembles
 //     that wave.
 //
+// # Files
+//
+// pipeline.go is the API (Push, PushSeq, Pop, Flush, Shutdown, Close) and
+// the intake; config.go, errors.go, stats.go and trace.go its types;
+// batch.go the Batch and its DLPack export. meta.go opens arrays, plan.go
+// plans batches into jobs, waves and reads, io.go reads. host.go holds the
+// stages both engines share and the host engine. The CUDA engine goes
+// stage by stage: cuda_setup.go (budgets, buffers, batch slots),
+// cuda_route.go (which decoder takes a chunk, nvCOMP's entries),
+// cuda_wave.go (load, prepare, submit), cuda_retire.go (waiting, status
+// checks, the CPU redo) and cuda_close.go; split.go steers its hybrid
+// decode.
+//
 // All memory is reserved at New (batch slots at the first Push when the
 // sample shape comes from it); a configuration that cannot work fails
 // there with ErrBudget naming the field to raise.
 //
-// Imports: zarr, cuda, nvcomp, ptx and dlpack. Nothing in the module
-// imports pipeline except cmd/damacy.
+// Imports: zarr, cuda, nvcomp, ptx and dlpack, and its subpackages, which
+// damacy bench's ceilings use too: plan (the zarr-level plan of a batch,
+// the assemble ops, the rule for what nvCOMP receives), cache (the LRU, a
+// caching zarr.Locator, the open-file cache) and work (the worker pool).
+// Nothing in the module imports pipeline except the command, cmd/damacy.
 package pipeline

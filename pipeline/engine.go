@@ -21,15 +21,17 @@ const (
 // the host engine in host memory; both share the planner, IO and decoders.
 type engine interface {
 	// reserve sizes and allocates everything that depends on the sample
-	// shape (batch slots, wave buffers); called once, before run sees a
-	// request.
+	// shape (batch slots, wave buffers); called with the pipeline's lock
+	// held, before run sees a request, but possibly after run has started
+	// (with Config.SampleShape empty, at the first Push).
 	reserve(shape []int) error
 	// run turns requests into results, one per request, in order, until
 	// reqs is closed or ctx is done.
 	run(ctx context.Context, reqs <-chan *batchReq, out chan<- *result)
 	// headStage reports the stage of the oldest unfinished batch.
 	headStage() stage
-	// slotsInUse is the number of batch slots not free.
+	// slotsInUse is the number of batch slots not free; called with the
+	// pipeline's lock held, as reserve is.
 	slotsInUse() int64
 	// close frees the engine's memory once every slot is back; run has
 	// returned.

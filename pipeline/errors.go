@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -18,6 +19,12 @@ var (
 	ErrOutOfMemory = errors.New("out of memory")
 	ErrBudget      = errors.New("budget exceeded")
 	ErrShutdown    = errors.New("pipeline shut down")
+	// ErrCanceled is the kind of an error from a call whose context ended
+	// before the call finished (Pop, Shutdown). The pipeline stays as it
+	// was; the error's Err is the context's error (and its cause, when
+	// one was given), so errors.Is(err, context.Canceled) or
+	// errors.Is(err, context.DeadlineExceeded) holds as well.
+	ErrCanceled = errors.New("canceled")
 )
 
 // Error is the one error type of package pipeline.
@@ -54,4 +61,14 @@ func newError(op string, kind error, uri string, err error) *Error {
 
 func errorf(op string, kind error, uri string, format string, args ...any) *Error {
 	return &Error{Op: op, Kind: kind, URI: uri, Err: fmt.Errorf(format, args...)}
+}
+
+// canceled is the error of a call (op) that ctx ended: ErrCanceled with the
+// context's error and, when it differs, its cause.
+func canceled(op string, ctx context.Context) *Error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	return newError(op, ErrCanceled, "", err)
 }

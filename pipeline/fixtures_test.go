@@ -2,13 +2,13 @@ package pipeline
 
 import (
 	"encoding/json"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/damacy-go/damacy/cuda/cudatest"
 	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // fixtureDir holds stores written by zarr-python and tensorstore.
@@ -59,7 +59,7 @@ func TestHostEngineFixtures(t *testing.T) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			cfg := Config{BatchSize: 4, SampleShape: ext, Device: "cpu", HostBufferBytes: 1 << 20, DeviceBufferBytes: 1 << 20,
 				MaxChunkBytes: 256 << 10, ComputeThreads: 2, IOThreads: 2}
-			checkEngine(t, cfg, []string{path}, 40, rand.Uint64())
+			checkEngine(t, cfg, []string{path}, 40, zarrtest.Seed(t))
 		})
 	}
 }
@@ -72,7 +72,7 @@ func TestCUDAEngineFixtures(t *testing.T) {
 	cudatest.MustHaveGPU(t)
 	for path, ext := range fixtures(t) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+			rng := newTestRand(t)
 			a, err := zarr.Open(path)
 			if err != nil {
 				t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/damacy-go/damacy/pipeline/plan"
+	"github.com/damacy-go/damacy/pipeline/work"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
@@ -25,8 +27,8 @@ type stages struct {
 	stats *statsSink
 	meta  *metaCache
 	fds   *fdCache
-	io    *workers
-	cpu   *workers
+	io    *work.Pool
+	cpu   *work.Pool
 	decs  chan *zarr.Decoder // one per CPU worker
 	lim   waveLimits
 	shape []int
@@ -51,8 +53,8 @@ func newStages(cfg Config, stats *statsSink) (*stages, error) {
 		}
 		s.decs <- d
 	}
-	s.io = newWorkers(cfg.IOThreads)
-	s.cpu = newWorkers(cfg.ComputeThreads)
+	s.io = work.NewPool(cfg.IOThreads)
+	s.cpu = work.NewPool(cfg.ComputeThreads)
 	return s, nil
 }
 
@@ -68,8 +70,8 @@ func (s *stages) closeDecoders() {
 }
 
 func (s *stages) close() {
-	s.io.stop()
-	s.cpu.stop()
+	s.io.Stop()
+	s.cpu.Stop()
 	s.closeDecoders()
 	s.fds.closeAll()
 }
@@ -124,7 +126,7 @@ func (s *stages) read(ctx context.Context, w *wave, slab []byte) error {
 	for _, r := range w.reads {
 		n += r.length
 	}
-	err := s.io.run(ctx, len(w.reads), func(i int) error {
+	err := s.io.Run(ctx, len(w.reads), func(i int) error {
 		r := &w.reads[i]
 		return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
 	}, s.trace.workers("read", "io", w, n))
@@ -153,7 +155,7 @@ func (s *stages) decodeCPU(ctx context.Context, w *wave, slab []byte, pick func(
 		return nil
 	}
 	t := time.Now()
-	err := s.cpu.run(ctx, len(sel), func(i int) error {
+	err := s.cpu.Run(ctx, len(sel), func(i int) error {
 		j := sel[i]
 		if err := s.decodeJob(j, slab[j.slabOff:j.slabOff+j.chunk.Length], dst(j), j.bloscPayload); err != nil {
 			return decodeError(j, err)
@@ -201,25 +203,23 @@ func (s *stages) assemblePlan(p *ptx.Plan, w *wave, off func(*job) int64) (int64
 	var fills, elems int64
 	for _, ci := range w.copies {
 		c := &bp.copies[ci]
-		dst, ext := ints(c.dst), ints(c.shape)
-		n := int64(1)
-		for _, e := range c.shape {
-			n *= e
-		}
-		elems += n
-		if c.job < 0 {
+		if c.Job < 0 {
 			fills++
-			if err := p.Fill(c.sample, dst, ext, c.fill); err != nil {
+			n, err := plan.AddOp(p, c, nil, bp.fills[c.Sample])
+			if err != nil {
 				return 0, newError("assemble", ErrInvalid, "", err)
 			}
+			elems += n
 			continue
 		}
-		j := bp.jobs[c.job]
+		j := bp.jobs[c.Job]
 		src := j.psrc
 		src.Offset = off(j)
-		if err := p.Copy(c.sample, dst, ext, &src, ints(c.src)); err != nil {
+		n, err := plan.AddOp(p, c, &src, 0)
+		if err != nil {
 			return 0, newError("assemble", ErrInvalid, j.src.uri, err)
 		}
+		elems += n
 	}
 	s.stats.update(func(st *Stats) { st.ChunksFill += fills })
 	return elems, nil
@@ -244,11 +244,11 @@ func planFor(full *ptx.Plan, n int) (*ptx.Plan, error) {
 // the CPU fallback and the oracle the CUDA engine is tested against.
 type hostEngine struct {
 	*stages
-	pool   *slotPool
-	slabs  chan []byte
-	arena  []byte
-	pin    runtime.Pinner // keeps slot memory where DLPack consumers may see it
-	layout ptx.Layout
+	pool  *slotPool
+	slabs chan []byte
+	arena []byte
+	pin   runtime.Pinner // keeps slot memory where DLPack consumers may see it
+	full  *ptx.Plan      // the assemble plan of a full batch, made by reserve
 }
 
 func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
@@ -270,11 +270,16 @@ func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
 
 func (h *hostEngine) reserve(shape []int) error {
 	h.shape = shape
-	h.layout = ptx.Layout{Samples: h.cfg.BatchSize, Shape: shape, Dtype: outDtype(h.cfg.Dtype)}
-	if err := h.layout.Validate(); err != nil {
+	l := ptx.Layout{Samples: h.cfg.BatchSize, Shape: shape, Dtype: outDtype(h.cfg.Dtype)}
+	if err := l.Validate(); err != nil {
 		return newError("new", ErrInvalid, "", err)
 	}
-	bytes := h.layout.Bytes()
+	full, err := ptx.NewPlan(l)
+	if err != nil {
+		return newError("new", ErrInvalid, "", err)
+	}
+	h.full = full
+	bytes := l.Bytes()
 	slots := make([]*slot, h.cfg.BatchSlots)
 	for i := range slots {
 		buf := make([]byte, bytes)
@@ -320,7 +325,9 @@ func (h *hostEngine) close() error {
 
 // run: plan -> read (IO workers, into one of hostSlabs slabs) -> decode +
 // assemble, each stage its own goroutine, so IO of wave k+1 overlaps the
-// decoding of wave k.
+// decoding of wave k. What reserve sets up (the slot pool, the assemble
+// plan) is read only once a wave has arrived: with Config.SampleShape
+// empty, reserve runs at the first Push, after run has started.
 func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- *result) {
 	planned := make(chan *wave, 4)
 	read := make(chan *wave, hostSlabs-1)
@@ -354,7 +361,6 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			}
 		}
 	}()
-	plan, _ := ptx.NewPlan(h.layout)
 	for {
 		h.head.Store(int32(stageIO))
 		var w *wave
@@ -377,7 +383,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			bs.slot = s
 		}
 		if bs.failed() == nil {
-			if err := h.compute(ctx, w, plan); err != nil {
+			if err := h.compute(ctx, w, h.full); err != nil {
 				bs.fail(err)
 			}
 		}

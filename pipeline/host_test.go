@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
 	"github.com/damacy-go/damacy/zarr/writer"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // storeCase is one array written for the end-to-end tests.
@@ -84,13 +86,14 @@ func writeCase(t testing.TB, dir string, sc storeCase, seed uint64) string {
 // expected converts a region read by the reference reader to the output
 // dtype, as the engines must.
 func expected(r *zarr.Region, out Dtype) []byte {
-	dt, _ := ptxDtype(r.DataType)
+	dt, _ := plan.Dtype(r.DataType)
 	size := r.DataType.Size()
 	n := len(r.Data) / size
 	b := make([]byte, n*out.Size())
 	for i := range n {
-		v := leUint(r.Data[i*size : (i+1)*size])
-		f := ptx.Float32Bits(dt, v)
+		var e [8]byte
+		copy(e[:], r.Data[i*size:(i+1)*size])
+		f := ptx.Float32Bits(dt, binary.LittleEndian.Uint64(e[:]))
 		if out == BF16 {
 			binary.LittleEndian.PutUint16(b[2*i:], ptx.BFloat16Bits(f))
 		} else {
@@ -111,6 +114,14 @@ func randomBox(rng *rand.Rand, shape []int64, ext []int) []Range {
 		box[k] = Range{s, s + int64(ext[k])}
 	}
 	return box
+}
+
+// newTestRand returns a generator seeded by zarrtest.Seed, which logs the
+// seed (DAMACY_SEED replays it).
+func newTestRand(t testing.TB) *rand.Rand {
+	t.Helper()
+	seed := zarrtest.Seed(t)
+	return rand.New(rand.NewPCG(seed, 7))
 }
 
 // checkEngine streams nBoxes random boxes of every path through a pipeline
@@ -187,8 +198,7 @@ func firstDiff(have, want []byte, size int) string {
 // boxes that reach outside the arrays, with missing chunks and shards.
 func TestHostEngineMatchesReference(t *testing.T) {
 	dir := t.TempDir()
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	for ci, codec := range e2eCodecs {
 		for di, dt := range e2eDtypes {
 			sc := storeCase{
@@ -229,8 +239,7 @@ func TestHostEngineMatchesReference(t *testing.T) {
 // several arrays per batch, and checks the result and the stats.
 func TestHostEngineWaves(t *testing.T) {
 	dir := t.TempDir()
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	var paths []string
 	for i, dt := range []zarr.DataType{zarr.Uint16, zarr.Float32, zarr.Uint8} {
 		sc := storeCase{name: fmt.Sprint("a", i), spec: writer.Spec{Shape: []int64{64, 64, 64}, ChunkShape: []int64{16, 16, 16},

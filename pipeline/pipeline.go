@@ -209,10 +209,10 @@ func (p *Pipeline) Flush() error {
 }
 
 // Pop returns the next batch, in push order, blocking until it is ready,
-// ctx is done, or the pipeline is closed (ErrShutdown). A batch that failed
-// (unreadable file, corrupt chunk, rejected sample) is returned as its
-// error; the pipeline stays usable for the batches after it unless the
-// error is ErrCUDA.
+// ctx is done (ErrCanceled), or the pipeline is closed (ErrShutdown). A
+// batch that failed (unreadable file, corrupt chunk, rejected sample) is
+// returned as its error; the pipeline stays usable for the batches after
+// it unless the error is ErrCUDA.
 func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	p.popMu.Lock()
 	defer p.popMu.Unlock()
@@ -225,7 +225,7 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	select {
 	case r = <-p.results:
 	case <-ctx.Done():
-		return nil, newError("pop", ctx.Err(), "", context.Cause(ctx))
+		return nil, canceled("pop", ctx)
 	case <-p.ctx.Done():
 		return nil, newError("pop", ErrShutdown, "", nil)
 	}
@@ -312,8 +312,9 @@ func (p *Pipeline) Close() error {
 // Shutdown stops intake (Push, PushSeq and Flush then return ErrShutdown),
 // flushes what was pushed, and waits until every pushed sample has been
 // delivered by Pop (which the caller keeps calling, from another
-// goroutine), then closes the pipeline. If ctx ends first it returns
-// ctx.Err() and leaves the pipeline open: call Close to stop at once.
+// goroutine), then closes the pipeline. If ctx ends first it returns an
+// ErrCanceled error (wrapping ctx.Err()) and leaves the pipeline open:
+// call Close to stop at once.
 // Slots of batches still held are freed when they are released, as with
 // Close.
 func (p *Pipeline) Shutdown(ctx context.Context) error {
@@ -332,7 +333,7 @@ func (p *Pipeline) Shutdown(ctx context.Context) error {
 		select {
 		case <-p.popped:
 		case <-ctx.Done():
-			return ctx.Err()
+			return canceled("shutdown", ctx)
 		case <-p.ctx.Done():
 			return nil // closed meanwhile
 		}
@@ -346,7 +347,10 @@ func (p *Pipeline) Stats() Stats {
 	s := p.stats.Stats
 	p.stats.mu.Unlock()
 	s.SamplesInFlight = p.inFlight.Load()
+	// The first Push may be creating the slot pool (reserve, under p.mu).
+	p.mu.Lock()
 	s.SlotsInUse = p.eng.slotsInUse()
+	p.mu.Unlock()
 	return s
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 )
@@ -34,21 +35,11 @@ type job struct {
 	waveUses     int    // copies that read it
 }
 
-// copyOp places one block of a sample: from a job's decoded chunk, or
-// (job < 0) the fill value.
-type copyOp struct {
-	sample int
-	job    int // index into batchPlan.jobs, or -1
-	src    []int64
-	dst    []int64
-	shape  []int64
-	fill   uint32
-}
-
 // batchPlan is the work of one batch: its jobs and copies, cut into waves.
 type batchPlan struct {
-	jobs   []*job
-	copies []copyOp
+	jobs   []*job      // the jobs of the zarr-level plan, with what the engines add
+	copies []plan.Copy // their Job indexes jobs
+	fills  []uint32    // per sample: its array's fill value, as float32 bits
 	waves  []*wave
 	box    int64 // bytes of the boxes in their source dtypes
 }
@@ -99,9 +90,14 @@ func (bs *batchState) fail(err error) {
 }
 
 // emit hands the finished batch to Pop: its slot, or its error (the slot
-// going back). It reports false when ctx ended first.
+// going back). It reports false when ctx ended first. It is the engines'
+// one exit for results: an error that is not an *Error can only be the
+// engine's context ending a stage (Close), and leaves as ErrShutdown.
 func (bs *batchState) emit(ctx context.Context, out chan<- *result) bool {
 	r := &result{req: bs.req, slot: bs.slot, err: bs.failed()}
+	if _, ok := r.err.(*Error); r.err != nil && !ok {
+		r.err = newError("pop", ErrShutdown, "", r.err)
+	}
 	if r.err != nil && r.slot != nil {
 		r.slot.unref()
 		r.slot = nil
@@ -139,17 +135,13 @@ type waveLimits struct {
 // arenas is 256-aligned, more than any decoder or kernel needs).
 func align(n int64) int64 { return (n + 255) &^ 255 }
 
-// planBatch resolves a batch's samples into jobs and copies. route decides,
-// per job, its decoder and costs. A sample that fails (unreadable metadata,
-// wrong dtype) fails the batch with an error naming it.
+// planBatch resolves a batch's samples into jobs and copies (plan.Batch:
+// a chunk several samples need is one job). route decides, per job, its
+// decoder and costs. A sample that fails (unreadable metadata, wrong
+// dtype) fails the batch with an error naming it.
 func planBatch(m *metaCache, req *batchReq, maxChunk int64, route func(*job)) (*batchPlan, error) {
-	bp := &batchPlan{}
-	type jobKey struct {
-		src    *source
-		key    string
-		offset int64
-	}
-	seen := map[jobKey]int{}
+	bp := &batchPlan{fills: make([]uint32, len(req.samples))}
+	var zb plan.Batch[*source]
 	for n, s := range req.samples {
 		src, err := m.open(s.URI, s.Level)
 		if err != nil {
@@ -162,40 +154,24 @@ func planBatch(m *metaCache, req *batchReq, maxChunk int64, route func(*job)) (*
 		for i, r := range s.Box {
 			box[i] = zarr.Range{Start: r.Start, Stop: r.Stop}
 		}
-		zp, err := src.arr.Plan(box, locator{m, src})
+		zp, err := src.arr.Plan(box, src.loc)
 		if err != nil {
 			return nil, sampleError(n, s, planError(s.URI, err))
 		}
-		bp.box += int64(zp.Bytes())
-		local := make([]int, len(zp.Chunks)) // zp chunk -> batch job
-		for i := range zp.Chunks {
-			c := zp.Chunks[i]
-			k := jobKey{src, c.Key, c.Offset}
-			if j, ok := seen[k]; ok {
-				local[i] = j
-				continue
-			}
+		bp.fills[n] = src.fill
+		for _, zj := range zb.Jobs[zb.Add(n, src, zp):] {
+			c := zj.Chunk
 			l := c.Codec.Layout()
 			if int64(l.Bytes()) > maxChunk {
 				return nil, sampleError(n, s, errorf("plan", ErrBudget, s.URI,
 					"chunk %s@%d decodes to %d bytes, above Config.MaxChunkBytes = %d", c.Key, c.Offset, l.Bytes(), maxChunk))
 			}
-			j := &job{src: src, chunk: c, layout: l}
-			j.psrc = ptx.Source{Dtype: src.dtype, BigEndian: l.Endian == zarr.BigEndian, Shape: ints(l.Shape), Strides: ints(l.Strides)}
+			j := &job{src: src, chunk: c, layout: l, psrc: plan.Source(src.dtype, l)}
 			route(j)
-			seen[k] = len(bp.jobs)
-			local[i] = len(bp.jobs)
 			bp.jobs = append(bp.jobs, j)
 		}
-		for _, c := range zp.Copies {
-			op := copyOp{sample: n, job: -1, dst: c.Dst, shape: c.Shape, fill: src.fill}
-			if c.Chunk >= 0 {
-				op.job = local[c.Chunk]
-				op.src = c.Src
-			}
-			bp.copies = append(bp.copies, op)
-		}
 	}
+	bp.copies, bp.box = zb.Copies, zb.BoxBytes
 	return bp, nil
 }
 
@@ -220,14 +196,6 @@ func planError(uri string, err error) error {
 	return newError("plan", ErrStorage, uri, err)
 }
 
-func ints(s []int64) []int {
-	out := make([]int, len(s))
-	for i, v := range s {
-		out[i] = int(v)
-	}
-	return out
-}
-
 // cutWaves orders the jobs by file and offset, packs them into waves under
 // lim, coalesces each wave's reads, and gives every job its slab and arena
 // offsets. Fill copies go to the first wave. A job too big for an empty
@@ -244,8 +212,8 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 	uses := make([]int, len(bp.jobs))
 	fills := 0
 	for _, c := range bp.copies {
-		if c.job >= 0 {
-			uses[c.job]++
+		if c.Job >= 0 {
+			uses[c.Job]++
 		} else {
 			fills++
 		}
@@ -301,9 +269,9 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 	}
 	for ci, c := range bp.copies {
 		w := bp.waves[0]
-		if c.job >= 0 {
-			w = jobWave[c.job]
-			bp.jobs[c.job].waveUses++
+		if c.Job >= 0 {
+			w = jobWave[c.Job]
+			bp.jobs[c.Job].waveUses++
 		}
 		w.copies = append(w.copies, ci)
 	}

@@ -27,7 +27,7 @@ func (t tracer) span(s Span) {
 	}
 }
 
-// workers returns a workers.run span callback that reports one span per
+// workers returns a work.Pool.Run span callback that reports one span per
 // worker, or nil when not tracing.
 func (t tracer) workers(stage, kind string, w *wave, bytes int64) func(int, time.Time, time.Time) {
 	if t == nil {

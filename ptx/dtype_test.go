@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
@@ -103,7 +102,7 @@ func TestBFloat16Bits(t *testing.T) {
 			t.Errorf("bf16RefBits(%#08x) = %#04x; want %#04x", tt.in, got, tt.out)
 		}
 	}
-	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	rng := newRand(t)
 	for range 1 << 20 {
 		f := rng.Uint32()
 		if got, want := BFloat16Bits(f), bf16Ref(f); got != want || bf16RefBits(f) != want {
@@ -149,7 +148,7 @@ func float32Ref(x *big.Float) uint32 {
 }
 
 func TestFloat32BitsIntegers(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	rng := newRand(t)
 	// Values near powers of two exercise rounding: 2^24 and up lose bits.
 	near := func() uint64 {
 		p := rng.IntN(64)
@@ -220,7 +219,7 @@ func TestFloat32BitsFloat16(t *testing.T) {
 }
 
 func TestFloat32BitsFloats(t *testing.T) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	rng := newRand(t)
 	// float32 passes through, NaN payloads included.
 	for _, v := range []uint64{0, 0x80000000, 0x7f800001, 0xffffffff, 0x7fc00000, 0x00000001, 0x3f800000} {
 		if got := Float32Bits(Float32, v|0xdead00000000); got != uint32(v) {

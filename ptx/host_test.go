@@ -19,8 +19,7 @@ import (
 )
 
 func newRand(t testing.TB) *rand.Rand {
-	seed := rand.Uint64()
-	t.Logf("seed %#x", seed)
+	seed := zarrtest.Seed(t)
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }
 

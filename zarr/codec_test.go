@@ -11,6 +11,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/damacy-go/damacy/zarr/blosc"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 var allTypes = []DataType{Bool, Int8, Int16, Int32, Int64, Uint8, Uint16, Uint32, Uint64, Float16, Float32, Float64}
@@ -130,11 +131,10 @@ func checkRegion(t *testing.T, a *Array, data []byte, box []Range, missing func(
 	}
 }
 
-// testSeed returns a fresh seed, logged so that a failure can be replayed.
+// testSeed returns the test's seed (zarrtest.Seed: logged, and replayed
+// from DAMACY_SEED).
 func testSeed(t *testing.T) int64 {
-	seed := rand.Int64()
-	t.Logf("seed %d", seed)
-	return seed
+	return int64(zarrtest.Seed(t))
 }
 
 // TestDecoderNoAllocs checks that decoding a stream of chunks with one

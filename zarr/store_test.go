@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 var keyTests = []struct {
@@ -55,8 +57,9 @@ func TestValidateKey(t *testing.T) {
 func TestDirStore(t *testing.T) {
 	root := t.TempDir()
 	data := make([]byte, 1000)
+	r := rand.New(rand.NewPCG(zarrtest.Seed(t), 0))
 	for i := range data {
-		data[i] = byte(rand.Uint32())
+		data[i] = byte(r.Uint32())
 	}
 	os.MkdirAll(filepath.Join(root, "a", "c"), 0o755)
 	os.WriteFile(filepath.Join(root, "a", "c", "0"), data, 0o644)
@@ -130,8 +133,9 @@ func (n noReaderAtFS) Open(name string) (fs.File, error) {
 
 func TestFSStore(t *testing.T) {
 	data := make([]byte, 777)
+	r := rand.New(rand.NewPCG(zarrtest.Seed(t), 0))
 	for i := range data {
-		data[i] = byte(rand.Uint32())
+		data[i] = byte(r.Uint32())
 	}
 	m := fstest.MapFS{"x/c/1/2": &fstest.MapFile{Data: data, ModTime: time.Now()}}
 	for _, tc := range []struct {

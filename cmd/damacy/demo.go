@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
+	"github.com/damacy-go/damacy/cmd/damacy/internal/bench"
 )
 
 var cmdDemo = &command{
@@ -23,10 +26,10 @@ dataset. It takes seconds, on a GPU host or a small CPU-only one.`,
 			if len(args) != 0 {
 				return usagef("takes no arguments, got %d", len(args))
 			}
-			if _, err := engineDevice(*engine); err != nil {
+			if _, err := base.EngineDevice(*engine); err != nil {
 				return usagef("--engine %v", err)
 			}
-			sc, err := loadScenario("smoke")
+			sc, err := bench.LoadScenario("smoke")
 			if err != nil {
 				return err
 			}
@@ -36,7 +39,7 @@ dataset. It takes seconds, on a GPU host or a small CPU-only one.`,
 				return err
 			}
 			defer os.RemoveAll(dir)
-			rep, err := runBench(ctx, e, sc, &benchOptions{data: dir, verify: true})
+			rep, err := bench.Run(ctx, e.bench(), sc, bench.Options{Data: dir, Verify: true})
 			if err != nil {
 				return err
 			}
@@ -53,8 +56,8 @@ dataset. It takes seconds, on a GPU host or a small CPU-only one.`,
 				decode = fmt.Sprintf("on the GPU for %d of %d chunks (%s)", c["chunks_gpu"], c["chunks_decoded"], rep.Decoder)
 			}
 			fmt.Fprintf(w, "engine:      %s: chunks decoded %s, batches assembled %s\n", rep.Engine, decode, where)
-			fmt.Fprintf(w, "streamed:    %d batches of %d x %s %s from %d x %s %s\n", rep.Batches, rep.BatchSize, ints(rep.SampleShape), rep.Dtype,
-				sc.Dataset.Arrays, ints(sc.Dataset.Shape), sc.Dataset.Dtype.at(0)+" "+sc.Dataset.Codec.at(0))
+			fmt.Fprintf(w, "streamed:    %d batches of %d x %s %s from %d x %s %s\n", rep.Batches, rep.BatchSize, base.Shape(rep.SampleShape), rep.Dtype,
+				sc.Dataset.Arrays, base.Shape(sc.Dataset.Shape), sc.Dataset.Dtype.At(0)+" "+sc.Dataset.Codec.At(0))
 			fmt.Fprintf(w, "throughput:  %.3f GB/s of %s output, %.1f samples/s (wall %s, startup %s)\n", rep.OutputGBps, rep.Dtype, rep.SamplesPerS, rep.Wall.Round(time.Millisecond), rep.Startup.Round(time.Millisecond))
 			fmt.Fprintf(w, "read:        amplification %.2f, %.3f GB/s from storage\n", rep.ReadAmp, rep.WireGBps)
 			fmt.Fprintf(w, "checked:     batch 0 equals the reference reader's output\n")

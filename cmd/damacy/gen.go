@@ -1,24 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/damacy-go/damacy/zarr"
-	"github.com/damacy-go/damacy/zarr/writer"
+	"github.com/damacy-go/damacy/cmd/damacy/internal/bench"
 )
 
 var cmdGen = &command{
@@ -49,15 +39,14 @@ Examples:
 			if len(args) != 2 {
 				return usagef("want a scenario and a directory, got %d arguments", len(args))
 			}
-			sc, err := loadScenario(args[0])
+			sc, err := bench.LoadScenario(args[0])
 			if err != nil {
 				return err
 			}
 			if err := o.apply(&sc.Dataset); err != nil {
 				return err
 			}
-			_, err = ensureDataset(ctx, e, &sc.Dataset, args[1], true)
-			return err
+			return bench.EnsureDataset(ctx, e.bench(), &sc.Dataset, args[1])
 		}
 	},
 }
@@ -83,7 +72,7 @@ func (o *datasetFlags) register(fs *flag.FlagSet) {
 	fs.Var(&o.chunk, "chunk", "inner chunk shape")
 	fs.Var(&o.shard, "shard", "shard shape, or 'none' for unsharded arrays")
 	fs.StringVar(&o.dtype, "dtype", "", "data type, or a comma-separated list cycled over the arrays")
-	fs.StringVar(&o.codec, "codec", "", "codec ("+strings.Join(codecNames, ", ")+"), or a comma-separated list")
+	fs.StringVar(&o.codec, "codec", "", "codec ("+strings.Join(bench.CodecNames(), ", ")+"), or a comma-separated list")
 	fs.IntVar(&o.level, "level", 0, "compression level")
 	fs.StringVar(&o.shuffle, "shuffle", "", "blosc shuffle: none, byte or bit")
 	fs.Float64Var(&o.entropy, "entropy", 0, "fraction of voxels drawn at random, in [0, 1]")
@@ -92,7 +81,7 @@ func (o *datasetFlags) register(fs *flag.FlagSet) {
 
 // apply overrides d's fields with the flags that were set, then validates
 // d again.
-func (o *datasetFlags) apply(d *DatasetSpec) error {
+func (o *datasetFlags) apply(d *bench.DatasetSpec) error {
 	set := map[string]bool{}
 	o.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["arrays"] {
@@ -128,8 +117,8 @@ func (o *datasetFlags) apply(d *DatasetSpec) error {
 	if len(set) == 0 {
 		return nil
 	}
-	if err := d.validate(); err != nil {
-		var se *scenarioError
+	if err := d.Validate(); err != nil {
+		var se *bench.ScenarioError
 		if errors.As(err, &se) {
 			return usagef("%v (after the flags)", se)
 		}
@@ -176,181 +165,4 @@ func (f *shardFlag) Set(s string) error {
 		return nil
 	}
 	return f.shape.Set(s)
-}
-
-// markerFile records, in a dataset directory, the parameters the dataset
-// was generated from. It is written last, so its presence means complete.
-const markerFile = "damacy-dataset.json"
-
-// marker is the content of markerFile for d.
-func marker(d *DatasetSpec) []byte {
-	c := *d
-	c.Dir = ""
-	b, _ := json.MarshalIndent(struct {
-		Generator string      `json:"generator"`
-		Dataset   DatasetSpec `json:"dataset"`
-	}{"damacy gen", c}, "", "  ")
-	return append(b, '\n')
-}
-
-// genSummary is what generating a dataset did.
-type genSummary struct {
-	Dir       string
-	Images    int
-	RawBytes  int64
-	DiskBytes int64
-	Elapsed   time.Duration
-}
-
-// ensureDataset makes sure dir holds the dataset d, generating it when the
-// marker is absent. verbose prints a summary line even when nothing had to
-// be generated.
-func ensureDataset(ctx context.Context, e *env, d *DatasetSpec, dir string, verbose bool) (*genSummary, error) {
-	want := marker(d)
-	got, err := os.ReadFile(filepath.Join(dir, markerFile))
-	switch {
-	case err == nil && bytes.Equal(got, want):
-		if verbose {
-			fmt.Fprintf(e.stderr, "damacy: %s already holds this dataset; nothing to do\n", dir)
-		}
-		return &genSummary{Dir: dir, Images: d.Arrays}, nil
-	case err == nil:
-		return nil, fmt.Errorf("%s holds a different dataset (see its %s); remove it or choose another directory", dir, markerFile)
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, err
-	}
-	s, err := generate(ctx, e, d, dir)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, markerFile), want, 0o644); err != nil {
-		return nil, err
-	}
-	ratio := 0.0
-	if s.DiskBytes > 0 {
-		ratio = float64(s.RawBytes) / float64(s.DiskBytes)
-	}
-	fmt.Fprintf(e.stderr, "damacy: wrote %s to %s: %s raw, %s on disk (ratio %.2f) in %s (%s/s)\n",
-		plural(s.Images, "image"), dir, formatBytes(s.RawBytes), formatBytes(s.DiskBytes), ratio,
-		s.Elapsed.Round(time.Millisecond), formatBytes(int64(float64(s.RawBytes)/max(s.Elapsed.Seconds(), 1e-9))))
-	return s, nil
-}
-
-// genJob is one shard (or unsharded chunk) to generate and write.
-type genJob struct {
-	arr   *writer.Array
-	synth *writer.Synth
-	box   []zarr.Range
-	bytes int
-}
-
-// genMemoryBudget bounds the block buffers held by the generator's
-// workers; at least one worker runs whatever a block's size.
-const genMemoryBudget = 2 << 30
-
-// generate writes every image of d into dir, shards of all images
-// concurrently.
-func generate(ctx context.Context, e *env, d *DatasetSpec, dir string) (*genSummary, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	var jobs []genJob
-	var raw int64
-	maxBlock := 0
-	for i := range d.Arrays {
-		spec, err := d.arraySpec(i)
-		if err != nil {
-			return nil, err
-		}
-		m, err := writer.CreateNGFF(filepath.Join(dir, arrayName(i)), spec)
-		if err != nil {
-			var se *writer.SpecError
-			if errors.As(err, &se) {
-				return nil, specFieldError(err)
-			}
-			return nil, err
-		}
-		a := m.Level(0)
-		synth := &writer.Synth{
-			Seed:           d.Seed + uint64(i)*0x9E3779B97F4A7C15,
-			DataType:       spec.Array.DataType,
-			Shape:          spec.Array.Shape,
-			RandomFraction: d.Entropy,
-		}
-		size := spec.Array.DataType.Size()
-		for _, box := range a.Blocks() {
-			n := size
-			for _, r := range box {
-				n *= int(r.Len())
-			}
-			jobs = append(jobs, genJob{arr: a, synth: synth, box: box, bytes: n})
-			raw += int64(n)
-			maxBlock = max(maxBlock, n)
-		}
-	}
-	workers := min(runtime.GOMAXPROCS(0), len(jobs), max(1, genMemoryBudget/max(maxBlock, 1)))
-	prog := startProgress(e, "generating", "B", raw)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			buf := make([]byte, maxBlock)
-			for ctx.Err() == nil {
-				k := int(next.Add(1) - 1)
-				if k >= len(jobs) {
-					return
-				}
-				j := &jobs[k]
-				dst := buf[:j.bytes]
-				if err := j.synth.Fill(dst, j.box); err != nil {
-					cancel(err)
-					return
-				}
-				if err := j.arr.WriteRegion(j.box, dst); err != nil {
-					cancel(err)
-					return
-				}
-				prog.add(int64(j.bytes))
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := prog.finish()
-	if ctx.Err() != nil {
-		return nil, context.Cause(ctx)
-	}
-	disk, err := diskBytes(dir)
-	if err != nil {
-		return nil, err
-	}
-	return &genSummary{Dir: dir, Images: d.Arrays, RawBytes: raw, DiskBytes: disk, Elapsed: elapsed}, nil
-}
-
-// diskBytes sums the sizes of the regular files under dir.
-func diskBytes(dir string) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(dir, func(_ string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if de.Type().IsRegular() {
-			fi, err := de.Info()
-			if err != nil {
-				return err
-			}
-			n += fi.Size()
-		}
-		return nil
-	})
-	return n, err
-}
-
-// plural writes n and the noun, with an s unless n is 1.
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/damacy-go/damacy/cmd/damacy/internal/bench"
 	"github.com/damacy-go/damacy/zarr"
-	"github.com/damacy-go/damacy/zarr/writer"
 )
 
 // smallGen is gen's arguments for a small mixed dataset: two arrays, two
@@ -70,7 +70,7 @@ func TestGenDeterministic(t *testing.T) {
 	// The data is what the scenario asks for: the dtypes cycle over the
 	// arrays, and about half the voxels are random (entropy 0.5 in smoke).
 	for i, want := range []zarr.DataType{zarr.Uint8, zarr.Uint16, zarr.Uint8} {
-		m, err := zarr.OpenNGFF(filepath.Join(a, arrayName(i)))
+		m, err := zarr.OpenNGFF(filepath.Join(a, bench.ArrayName(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func TestGenDeterministic(t *testing.T) {
 			t.Fatal(err)
 		}
 		if arr.DataType() != want {
-			t.Errorf("%s is %v; want %v", arrayName(i), arr.DataType(), want)
+			t.Errorf("%s is %v; want %v", bench.ArrayName(i), arr.DataType(), want)
 		}
 		reg, err := arr.ReadRegion([]zarr.Range{{Start: 0, Stop: 24}, {Start: 0, Stop: 96}, {Start: 0, Stop: 80}})
 		if err != nil {
@@ -93,7 +93,7 @@ func TestGenDeterministic(t *testing.T) {
 			}
 		}
 		if frac := float64(zero) / float64(len(reg.Data)/es); frac < 0.45 || frac > 0.6 {
-			t.Errorf("%s: %.2f of the voxels are 0; want about half", arrayName(i), frac)
+			t.Errorf("%s: %.2f of the voxels are 0; want about half", bench.ArrayName(i), frac)
 		}
 	}
 
@@ -106,23 +106,6 @@ func TestGenDeterministic(t *testing.T) {
 	code, _, errs := runCmd(t, append(smallGen, "--seed", "9", "smoke", a)...)
 	if code != exitError || !strings.Contains(errs, "holds a different dataset") {
 		t.Errorf("gen over a different dataset = exit %d, %q; want exit 1, refused", code, errs)
-	}
-}
-
-func TestSpecFieldError(t *testing.T) {
-	for _, tt := range []struct{ field, want string }{
-		{"Spec.ShardShape", "dataset.shard: too big"},
-		{"NGFFSpec.Array.ShardShape", "dataset.shard: too big"},
-		{"Spec.ChunkShape", "dataset.chunk: too big"},
-		{"Spec.Compression.Level", "dataset.level: too big"},
-		{"Spec.Compression.Shuffle", "dataset.shuffle: too big"},
-		{"Spec.Compression.BloscCompressor", "dataset.codec: too big"},
-		{"NGFFSpec.Axes", "dataset: writer: NGFFSpec.Axes: too big"},
-	} {
-		err := specFieldError(&writer.SpecError{Field: tt.field, Reason: "too big"})
-		if got := err.Error(); !strings.HasPrefix(got, tt.want) {
-			t.Errorf("specFieldError(%s) = %q; want it to start %q", tt.field, got, tt.want)
-		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 )
@@ -122,14 +123,7 @@ func (s *storageInfo) add(o storageInfo) {
 	s.DiskBytes += o.DiskBytes
 	s.StoredBytes += o.StoredBytes
 	s.DecodedBytes += o.DecodedBytes
-	s.Compression = ratio(s.DecodedBytes, s.StoredBytes)
-}
-
-func ratio(a, b int64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
+	s.Compression = base.Ratio(s.DecodedBytes, s.StoredBytes)
 }
 
 // inspectPath describes the array or OME-NGFF image at path.
@@ -343,7 +337,7 @@ func scanStorage(ctx context.Context, a *zarr.Array) (storageInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return storageInfo{}, err
 	}
-	out.Compression = ratio(out.DecodedBytes, out.StoredBytes)
+	out.Compression = base.Ratio(out.DecodedBytes, out.StoredBytes)
 	return out, nil
 }
 
@@ -497,17 +491,17 @@ func (r *inspectResult) writeText(w io.Writer) {
 func (a *arrayInfo) writeText(w io.Writer, in string) {
 	pad := func(label string) string { return in + fmt.Sprintf("%-14s", label+":") }
 	fmt.Fprintf(w, "%s%s\n", pad("format"), "zarr v"+strconv.Itoa(a.Format))
-	fmt.Fprintf(w, "%s%s\n", pad("shape"), ints(a.Shape))
+	fmt.Fprintf(w, "%s%s\n", pad("shape"), base.Shape(a.Shape))
 	dt := a.DataType
 	if a.Endian != "" {
 		dt += " (" + a.Endian + "-endian)"
 	}
 	fmt.Fprintf(w, "%s%s\n", pad("data type"), dt)
-	fmt.Fprintf(w, "%s%s\n", pad("chunk shape"), ints(a.ChunkShape))
+	fmt.Fprintf(w, "%s%s\n", pad("chunk shape"), base.Shape(a.ChunkShape))
 	if a.ShardShape != nil {
-		fmt.Fprintf(w, "%s%s (grid %s)\n", pad("shard shape"), ints(a.ShardShape), ints(a.GridShape))
+		fmt.Fprintf(w, "%s%s (grid %s)\n", pad("shard shape"), base.Shape(a.ShardShape), base.Shape(a.GridShape))
 	} else {
-		fmt.Fprintf(w, "%s%s\n", pad("chunk grid"), ints(a.GridShape))
+		fmt.Fprintf(w, "%s%s\n", pad("chunk grid"), base.Shape(a.GridShape))
 	}
 	switch cfg := a.CodecConfig.(type) {
 	case []zarr.Extension:
@@ -526,20 +520,12 @@ func (a *arrayInfo) writeText(w io.Writer, in string) {
 
 func writeStorage(w io.Writer, in string, s storageInfo) {
 	fmt.Fprintf(w, "%s%-14s%d of %d objects, %d of %d chunks stored\n", in, "stored:", s.Objects, s.ObjectsTotal, s.Chunks, s.ChunksTotal)
-	fmt.Fprintf(w, "%s%-14s%d bytes (%s)\n", in, "on disk:", s.DiskBytes, formatBytes(s.DiskBytes))
+	fmt.Fprintf(w, "%s%-14s%d bytes (%s)\n", in, "on disk:", s.DiskBytes, base.FormatBytes(s.DiskBytes))
 	if s.StoredBytes > 0 {
 		fmt.Fprintf(w, "%s%-14s%.3f (%d decoded / %d stored chunk bytes)\n", in, "compression:", s.Compression, s.DecodedBytes, s.StoredBytes)
 	} else {
 		fmt.Fprintf(w, "%s%-14snothing stored\n", in, "compression:")
 	}
-}
-
-func ints(s []int64) string {
-	p := make([]string, len(s))
-	for i, v := range s {
-		p[i] = strconv.FormatInt(v, 10)
-	}
-	return "[" + strings.Join(p, ", ") + "]"
 }
 
 func floats(s []float64) string {

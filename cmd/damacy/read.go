@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/zarr"
 )
@@ -52,7 +53,7 @@ Examples:
 			if *level < 0 {
 				return usagef("--level %d: must not be negative", *level)
 			}
-			dev, err := engineDevice(*engine)
+			dev, err := base.EngineDevice(*engine)
 			if err != nil {
 				return usagef("--engine %v", err)
 			}
@@ -141,7 +142,7 @@ func openLevel(path string, k int) (*zarr.Array, error) {
 
 func checkRank(a *zarr.Array, r readRequest) error {
 	if len(r.box) != a.Rank() {
-		return fmt.Errorf("--box has %d ranges; %s has %d axes (shape %s)", len(r.box), r.path, a.Rank(), ints(a.Shape()))
+		return fmt.Errorf("--box has %d ranges; %s has %d axes (shape %s)", len(r.box), r.path, a.Rank(), base.Shape(a.Shape()))
 	}
 	return nil
 }
@@ -165,7 +166,7 @@ func readNative(e *env, r readRequest) error {
 	if err := writeNPYFile(r.out, descr, reg.Shape, reg.Data); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stderr, "damacy: wrote %s %s %s to %s\n", reg.DataType, ints(reg.Shape), boxString(r.box), r.out)
+	fmt.Fprintf(e.stderr, "damacy: wrote %s %s %s to %s\n", reg.DataType, base.Shape(reg.Shape), boxString(r.box), r.out)
 	return nil
 }
 
@@ -217,7 +218,7 @@ func readPipeline(ctx context.Context, e *env, r readRequest, dt pipeline.Dtype)
 		return err
 	}
 	st := p.Stats()
-	fmt.Fprintf(e.stderr, "damacy: wrote %s %s %s to %s (engine %s, decoder %s)\n", dt, ints(outShape), boxString(r.box), r.out, st.Engine, st.Decoder)
+	fmt.Fprintf(e.stderr, "damacy: wrote %s %s %s to %s (engine %s, decoder %s)\n", dt, base.Shape(outShape), boxString(r.box), r.out, st.Engine, st.Decoder)
 	return nil
 }
 

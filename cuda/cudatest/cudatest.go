@@ -2,7 +2,9 @@
 // reason, where there is none.
 //
 // Set DAMACY_REQUIRE_GPU=1 on a GPU host to turn those skips into
-// failures, so that a broken driver setup cannot pass as "skipped".
+// failures, so that a broken driver setup cannot pass as "skipped"; there a
+// missing nvCOMP fails the tests that would otherwise decode on the CPU
+// (RequireNVCOMP).
 package cudatest
 
 import (
@@ -52,6 +54,24 @@ func MustHaveGPU(t testing.TB) cuda.Device {
 		t.Skipf("no usable CUDA GPU: %v", err)
 	}
 	return dev
+}
+
+// RequireNVCOMP is for GPU tests that decode with nvCOMP when it loads and
+// would pass on the CPU decoders alone: err is why nvCOMP did not load
+// (nil: it did). With DAMACY_REQUIRE_GPU=1, as on the GPU host, a missing
+// nvCOMP fails the test, so that a GPU run cannot pass without nvCOMP
+// having decoded anything; elsewhere the reason is logged and the test
+// goes on.
+func RequireNVCOMP(t testing.TB, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("nvCOMP did not load, and %s=1: %v", RequireEnv, err)
+		return
+	}
+	t.Logf("nvCOMP did not load; decoding on the CPU: %v", err)
 }
 
 // executor is the process's shared executor for device 0, started on

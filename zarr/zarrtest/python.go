@@ -1,10 +1,13 @@
-// Package zarrtest holds test support for the cross-checks against the
-// Python zarr ecosystem (zarr-python, numcodecs, tensorstore): finding the
-// interpreter and skipping, or failing, when it cannot run them.
+// Package zarrtest holds test support that tests across the module share.
+// It imports no package of the module, so every package's tests may use it.
 //
-// Tests across the module share one policy: the interpreter is
+// The cross-checks against the Python zarr ecosystem (zarr-python,
+// numcodecs, tensorstore) share one policy: the interpreter is
 // $DAMACY_PYTHON; without it, or when it lacks a module, a test skips,
 // unless DAMACY_REQUIRE_PYTHON=1 (as CI sets), when it fails.
+//
+// Randomized tests take their seed from Seed, which logs it and replays a
+// logged seed given as $DAMACY_SEED.
 package zarrtest
 
 import (

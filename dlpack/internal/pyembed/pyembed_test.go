@@ -8,12 +8,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 func TestExecEval(t *testing.T) {
 	in := MustStart(t)
 	t.Logf("python %s from %s", in.Version, in.Lib)
-	a, b := rand.Int64N(1<<40), rand.Int64N(1<<40)
+	r := rand.New(rand.NewPCG(zarrtest.Seed(t), 0))
+	a, b := r.Int64N(1<<40), r.Int64N(1<<40)
 	if err := in.Exec(fmt.Sprintf("x = %d\ny = %d", a, b)); err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +60,9 @@ _api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := rand.New(rand.NewPCG(zarrtest.Seed(t), 0))
 	for i, name := range []string{"dltensor", "dltensor_versioned", "dltensor"} {
-		ptr := uintptr(rand.Uint64()>>8) &^ 7
+		ptr := uintptr(r.Uint64()>>8) &^ 7
 		if err := in.SetCapsule("cap", ptr, name); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"os"
@@ -64,6 +64,8 @@ var badScenarioTests = []badScenarioTest{
 }`, `"seed": 1}`, `truncated JSON`},
 }
 
+// TestBadScenarios: a scenario that cannot be used is one error line
+// naming the file and the field at fault.
 func TestBadScenarios(t *testing.T) {
 	dir := t.TempDir()
 	for i := range badScenarioTests {
@@ -76,32 +78,28 @@ func TestBadScenarios(t *testing.T) {
 		if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		code, out, errs := runCmd(t, "bench", "--data", filepath.Join(dir, "data"), file)
-		want := "damacy bench: error: " + file + ": " + tt.want
-		if code != exitError || out != "" || !strings.HasPrefix(errs, want) || strings.Count(errs, "\n") != 1 {
-			t.Errorf("bench with %s -> %s = exit %d, stdout %q, stderr %q; want exit 1 and one line starting %q",
-				tt.old, tt.new, code, out, errs, want)
+		sc, err := LoadScenario(file)
+		want := file + ": " + tt.want
+		if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("LoadScenario with %s -> %s = %v, %v; want one line starting %q", tt.old, tt.new, sc, err, want)
 		}
-	}
-	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
-		t.Errorf("a bad scenario generated data")
 	}
 }
 
 func TestScenarioNotFound(t *testing.T) {
-	code, _, errs := runCmd(t, "bench", "nosuch-scenario")
-	if code != exitError || !strings.Contains(errs, "not a built-in scenario") || !strings.Contains(errs, "throughput") {
-		t.Errorf("bench nosuch-scenario = exit %d, stderr %q; want exit 1 naming the built-in scenarios", code, errs)
+	_, err := LoadScenario("nosuch-scenario")
+	if err == nil || !strings.Contains(err.Error(), "not a built-in scenario") || !strings.Contains(err.Error(), "throughput") {
+		t.Errorf("LoadScenario(nosuch-scenario) = %v; want an error naming the built-in scenarios", err)
 	}
 }
 
 func TestBuiltinScenarios(t *testing.T) {
 	want := []string{"bf16", "blosc-lz4", "blosc-zstd", "default", "mixed-dtype", "smoke", "throughput"}
-	if got := builtinNames(); !cmp.Equal(got, want) {
+	if got := BuiltinNames(); !cmp.Equal(got, want) {
 		t.Errorf("built-in scenarios = %v; want %v", got, want)
 	}
-	for _, name := range builtinNames() {
-		sc, err := loadScenario(name)
+	for _, name := range BuiltinNames() {
+		sc, err := LoadScenario(name)
 		if err != nil {
 			t.Errorf("built-in %s: %v", name, err)
 			continue
@@ -111,21 +109,21 @@ func TestBuiltinScenarios(t *testing.T) {
 		}
 	}
 	// damacy's throughput and default scenarios, as its harness runs them.
-	tp, err := loadScenario("throughput")
+	tp, err := LoadScenario("throughput")
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantTP := Scenario{
 		Name: "throughput", Description: tp.Description,
 		Dataset: DatasetSpec{Arrays: 16, Shape: []int64{512, 512, 512}, Chunk: []int64{32, 64, 64}, Shard: []int64{256, 256, 512},
-			Dtype: nameList{"uint16"}, Codec: nameList{"zstd"}, Level: 3, Entropy: 0.5, Seed: 1},
+			Dtype: NameList{"uint16"}, Codec: NameList{"zstd"}, Level: 3, Entropy: 0.5, Seed: 1},
 		Run: RunSpec{BatchSize: 128, SampleShape: []int64{128, 128, 128}, Batches: 100, Warmup: 10, Dtype: "f32",
 			Lookahead: 4, IOThreads: 16, GPUCap: 6 << 30, Engine: "auto", Seed: 1},
 	}
 	if diff := cmp.Diff(wantTP, *tp, cmp.AllowUnexported(Scenario{})); diff != "" {
 		t.Errorf("throughput scenario (-want +got):\n%s", diff)
 	}
-	def, err := loadScenario("default")
+	def, err := LoadScenario("default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +139,7 @@ func TestBuiltinScenarios(t *testing.T) {
 func TestByteSize(t *testing.T) {
 	for _, tt := range []struct {
 		in   string
-		want byteSize
+		want ByteSize
 		ok   bool
 	}{
 		{"6GiB", 6 << 30, true}, {"512 MiB", 512 << 20, true}, {"1.5GB", 1500000000, true},

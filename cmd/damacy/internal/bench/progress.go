@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 )
 
 // progress counts work done towards a total. On a terminal it redraws one
@@ -28,13 +30,13 @@ type progress struct {
 const progressInterval = 250 * time.Millisecond
 
 // startProgress starts counting towards total. It draws only when e's
-// stderr is a terminal.
-func startProgress(e *env, label, unit string, total int64) *progress {
+// Stderr is a terminal.
+func startProgress(e Env, label, unit string, total int64) *progress {
 	p := &progress{label: label, unit: unit, total: total, start: time.Now()}
-	if !e.progress {
+	if !e.Progress {
 		return p
 	}
-	p.w = e.stderr
+	p.w = e.Stderr
 	p.stop = make(chan struct{})
 	p.wg.Go(func() {
 		t := time.NewTicker(progressInterval)
@@ -81,7 +83,7 @@ func (p *progress) draw() {
 		line += fmt.Sprintf(" of %s (%.0f%%)", p.amount(p.total), 100*float64(done)/float64(p.total))
 	}
 	if s := el.Seconds(); s > 0 && p.unit == "B" {
-		line += fmt.Sprintf(", %s/s", formatBytes(int64(float64(done)/s)))
+		line += fmt.Sprintf(", %s/s", base.FormatBytes(int64(float64(done)/s)))
 	}
 	if done > 0 && p.total > done {
 		left := time.Duration(float64(el) * float64(p.total-done) / float64(done))
@@ -92,24 +94,7 @@ func (p *progress) draw() {
 
 func (p *progress) amount(n int64) string {
 	if p.unit == "B" {
-		return formatBytes(n)
+		return base.FormatBytes(n)
 	}
 	return fmt.Sprintf("%d %s", n, p.unit)
-}
-
-// formatBytes writes n with a decimal unit (GB = 1e9 B, as throughputs are
-// quoted).
-func formatBytes(n int64) string {
-	f := float64(n)
-	switch {
-	case n >= 1e12:
-		return fmt.Sprintf("%.2f TB", f/1e12)
-	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", f/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1f MB", f/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f kB", f/1e3)
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/binary"
@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 	"github.com/damacy-go/damacy/cuda"
 	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/pipeline"
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
-	"github.com/damacy-go/damacy/zarr"
-	"github.com/damacy-go/damacy/zarr/blosc"
 )
 
 // gpuLine names the GPU of device "cuda:N" and the driver's CUDA version.
@@ -30,17 +30,17 @@ func gpuLine(device string) (gpu, driver string) {
 
 // gpuCeilings measures, on the run's GPU, pinned host-to-device copies at
 // the run's average copy size and the assemble kernel over ab.
-func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]ceiling, error) {
+func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]Ceiling, error) {
 	ex, err := gpuExecutor(device)
 	if err != nil {
 		return nil, err
 	}
 	defer ex.Close()
-	var cs []ceiling
+	var cs []Ceiling
 	var errs []error
 	if st.H2D.Count > 0 && st.H2D.InBytes > 0 {
 		size := int(st.H2D.InBytes / st.H2D.Count)
-		var c ceiling
+		var c Ceiling
 		err := ex.Do(func() error {
 			var err error
 			c, err = h2dCeiling(size)
@@ -54,7 +54,7 @@ func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]ceiling
 		}
 	}
 	if ab != nil {
-		var c ceiling
+		var c Ceiling
 		err := ex.Do(func() error {
 			var err error
 			c, err = assembleOnlyGPU(ab)
@@ -71,7 +71,7 @@ func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]ceiling
 
 // h2dCeiling times back-to-back pinned copies of size bytes on one stream
 // with events. It runs on an executor's thread.
-func h2dCeiling(size int) (c ceiling, err error) {
+func h2dCeiling(size int) (c Ceiling, err error) {
 	size = max(size, 1)
 	count := max(10, h2dMinBytes/size)
 	host, err := cuda.HostAlloc(size, 0)
@@ -94,8 +94,8 @@ func h2dCeiling(size int) (c ceiling, err error) {
 		return c, err
 	}
 	total := int64(size) * int64(count)
-	return ceiling{
-		Name: "h2d (pinned)", Of: "copied", Detail: fmt.Sprintf("%d copies of %s", count, formatBytes(int64(size))),
+	return Ceiling{
+		Name: "h2d (pinned)", Of: "copied", Detail: fmt.Sprintf("%d copies of %s", count, base.FormatBytes(int64(size))),
 		Bytes: total, Time: el, GBps: float64(total) / el.Seconds() / 1e9, Limits: true,
 	}, nil
 }
@@ -135,7 +135,7 @@ func timeOnStream(s cuda.Stream, count int, f func() error) (time.Duration, erro
 
 // assembleOnlyGPU times the assemble kernel over ab's batch. It runs on an
 // executor's thread.
-func assembleOnlyGPU(ab *assembleBench) (c ceiling, err error) {
+func assembleOnlyGPU(ab *assembleBench) (c Ceiling, err error) {
 	k, err := ptx.Load()
 	if err != nil {
 		return c, err
@@ -196,7 +196,7 @@ func assembleOnlyGPU(ab *assembleBench) (c ceiling, err error) {
 	}
 	total := l.Bytes() * count
 	g := float64(total) / el.Seconds() / 1e9
-	return ceiling{
+	return Ceiling{
 		Name: "assemble-only (gpu)", Of: "output", Detail: fmt.Sprintf("%d samples, %d ops, %d launches", l.Samples, len(ab.plan.Ops()), count),
 		Bytes: total, Time: el, GBps: g, OutputGBps: g, Limits: true,
 	}, nil
@@ -226,53 +226,29 @@ func (in *nvcompInputs) add(p []byte, n int) {
 	in.total += n
 }
 
-// nvcompStreams returns what nvCOMP decodes of a chunk's payload (n
-// decoded bytes), by the CUDA engine's rules: a zstd frame that
-// nvcomp.ZstdGPUCompatible accepts, an LZ4 block (past numcodecs' size
-// prefix) that passes nvcomp.LZ4GPUCheck, or the streams of a blosc chunk
-// compressed with zstd or LZ4, every one passing those checks. ok is false
-// when the CUDA engine would decode the chunk on the CPU.
-func nvcompStreams(c zarr.Compression, p []byte, n int) (streams [][]byte, sizes []int, zstd, ok bool) {
-	switch c {
-	case zarr.CompressionZstd:
-		return [][]byte{p}, []int{n}, true, nvcomp.ZstdGPUCompatible(p, n)
-	case zarr.CompressionLZ4:
-		ok = len(p) > 4 && binary.LittleEndian.Uint32(p) == uint32(n) && nvcomp.LZ4GPUCheck(p[4:], n) == nil
-		if ok {
-			return [][]byte{p[4:]}, []int{n}, false, true
+// lz4Walks reports whether every LZ4 stream of payload passes
+// nvcomp.LZ4GPUCheck, the host twin of the walk the CUDA engine runs on
+// the GPU before nvCOMP (a block it refuses the engine decodes on the CPU).
+func lz4Walks(payload []byte, streams []plan.Stream) bool {
+	for _, s := range streams {
+		if nvcomp.LZ4GPUCheck(payload[s.Src:s.Src+s.Len], s.Size) != nil {
+			return false
 		}
-	case zarr.CompressionBlosc:
-		f, err := blosc.Parse(p)
-		if err != nil || f.Header.Nbytes != n || f.Header.Memcpyed() {
-			return nil, nil, false, false
-		}
-		comp := f.Header.Compressor()
-		zstd = comp == blosc.Zstd
-		if !zstd && comp != blosc.LZ4 && comp != blosc.LZ4HC {
-			return nil, nil, false, false
-		}
-		for _, st := range f.Streams {
-			in := p[st.Src : st.Src+st.CSize]
-			if st.Raw || zstd && !nvcomp.ZstdGPUCompatible(in, st.Size) || !zstd && nvcomp.LZ4GPUCheck(in, st.Size) != nil {
-				return nil, nil, false, false
-			}
-			streams, sizes = append(streams, in), append(sizes, st.Size)
-		}
-		return streams, sizes, zstd, true
 	}
-	return nil, nil, false, false
+	return true
 }
 
-// nvcompDecodeOnly times nvCOMP's batched decoders over what it may decode
-// of the sample's chunks (nvcompStreams; LZ4 with the GPU check the CUDA
-// engine runs before it): for zstd and for LZ4, up to maxBytes of decoded
+// nvcompDecodeOnly times nvCOMP's batched decoders over what the CUDA
+// engine sends it of the sample's chunks (plan.NVCOMPStreams; LZ4 blocks
+// that pass the GPU check, which runs before each decode as in the
+// engine): for zstd and for LZ4, up to maxBytes of decoded
 // bytes (nvcompCallBytes) in one batched call repeated on one
 // stream, with every chunk's status and size checked once. The rate is
 // the bytes of both over the time of both.
-func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (ceiling, error) {
+func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (Ceiling, error) {
 	lib, err := nvcomp.Load()
 	if err != nil {
-		return ceiling{}, err
+		return Ceiling{}, err
 	}
 	var zs, lz nvcompInputs
 	for i := range ds.refs {
@@ -283,29 +259,29 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (ceiling, e
 		}
 		p, err := r.chunk.Payload(ds.chunk(i))
 		if err != nil {
-			return ceiling{}, err
+			return Ceiling{}, err
 		}
-		streams, sizes, zstd, ok := nvcompStreams(rt.Compression, p, r.decodedBytes())
+		streams, zstd := plan.NVCOMPStreams(rt.Compression, p, r.decodedBytes(), nil)
 		in := &lz
 		if zstd {
 			in = &zs
 		}
-		if !ok || in.total+r.decodedBytes() > maxBytes {
+		if streams == nil || !zstd && !lz4Walks(p, streams) || in.total+r.decodedBytes() > maxBytes {
 			continue
 		}
-		for k, s := range streams {
-			in.add(s, sizes[k])
+		for _, s := range streams {
+			in.add(p[s.Src:s.Src+s.Len], s.Size)
 		}
 	}
 	if zs.total+lz.total == 0 {
-		return ceiling{}, errors.New("no chunk of the sample is one that nvCOMP decodes")
+		return Ceiling{}, errors.New("no chunk of the sample is one that nvCOMP decodes")
 	}
 	ex, err := gpuExecutor(device)
 	if err != nil {
-		return ceiling{}, err
+		return Ceiling{}, err
 	}
 	defer ex.Close()
-	var c ceiling
+	var c Ceiling
 	var parts []string
 	for _, x := range []struct {
 		alg nvcomp.Algorithm
@@ -330,13 +306,13 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (ceiling, e
 			return err
 		})
 		if err != nil {
-			return ceiling{}, err
+			return Ceiling{}, err
 		}
 		c.Bytes += bytes
 		c.Time += el
 		parts = append(parts, fmt.Sprintf("%s %d streams", x.alg, len(x.in.sizes)))
 	}
-	return ceiling{
+	return Ceiling{
 		Name: "decode-only (nvcomp)", Of: "decoded",
 		Detail: fmt.Sprintf("%s, %s, one batched call each, %d calls", lib.Version, strings.Join(parts, " + "), nvcompCalls),
 		Bytes:  c.Bytes, Time: c.Time, GBps: float64(c.Bytes) / c.Time.Seconds() / 1e9, Limits: true,

@@ -1,4 +1,4 @@
-package main
+package plan
 
 import (
 	"bytes"
@@ -9,8 +9,10 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 
+	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // compressible returns n bytes of uint16-like data: smooth high bytes,
@@ -47,23 +49,35 @@ func decodeStream(t *testing.T, zs bool, in []byte, n int) []byte {
 	return out
 }
 
-// TestNVCOMPStreams checks that the inputs the nvCOMP ceiling times are
+// payloads returns the bytes of each stream of payload.
+func payloads(payload []byte, streams []Stream) [][]byte {
+	out := make([][]byte, len(streams))
+	for i, s := range streams {
+		out[i] = payload[s.Src : s.Src+s.Len]
+	}
+	return out
+}
+
+// TestNVCOMPStreams checks that the inputs NVCOMPStreams gives nvCOMP are
 // the chunk's data: decoded and put at their places, the streams of a
 // blosc chunk give its bytes before unshuffling, and a zstd or LZ4 chunk
-// is one stream of its decoded bytes. Chunks the CUDA engine keeps on the
-// CPU give none.
+// is one stream of its decoded bytes. Chunks nvCOMP must not take give
+// none.
 func TestNVCOMPStreams(t *testing.T) {
 	const n = 256 << 10
 	raw := compressible(n)
 
 	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderCRC(false))
 	zframe := enc.EncodeAll(raw, nil)
-	streams, sizes, zs, ok := nvcompStreams(zarr.CompressionZstd, zframe, n)
-	if !ok || !zs || len(streams) != 1 || sizes[0] != n || !bytes.Equal(decodeStream(t, true, streams[0], n), raw) {
-		t.Fatalf("zstd chunk: ok %v zstd %v, %d streams", ok, zs, len(streams))
+	streams, zs := NVCOMPStreams(zarr.CompressionZstd, zframe, n, nil)
+	if len(streams) != 1 || !zs || streams[0].Size != n || !bytes.Equal(decodeStream(t, true, payloads(zframe, streams)[0], n), raw) {
+		t.Fatalf("zstd chunk: zstd %v, %d streams", zs, len(streams))
 	}
-	if _, _, _, ok := nvcompStreams(zarr.CompressionZstd, zframe, n-1); ok {
+	if streams, _ := NVCOMPStreams(zarr.CompressionZstd, zframe, n-1, nil); streams != nil {
 		t.Fatal("zstd chunk of the wrong size accepted")
+	}
+	if streams, _ := NVCOMPStreams(zarr.CompressionZstd, zframe, n, func(int) bool { return false }); streams != nil {
+		t.Fatal("zstd chunk at a misaligned offset accepted")
 	}
 
 	blk := make([]byte, lz4.CompressBlockBound(n))
@@ -73,12 +87,22 @@ func TestNVCOMPStreams(t *testing.T) {
 	}
 	lz := binary.LittleEndian.AppendUint32(nil, n)
 	lz = append(lz, blk[:k]...)
-	streams, _, zs, ok = nvcompStreams(zarr.CompressionLZ4, lz, n)
-	if !ok || zs || len(streams) != 1 || !bytes.Equal(decodeStream(t, false, streams[0], n), raw) {
-		t.Fatalf("lz4 chunk: ok %v zstd %v, %d streams", ok, zs, len(streams))
+	streams, zs = NVCOMPStreams(zarr.CompressionLZ4, lz, n, nil)
+	if len(streams) != 1 || zs || !bytes.Equal(decodeStream(t, false, payloads(lz, streams)[0], n), raw) {
+		t.Fatalf("lz4 chunk: zstd %v, %d streams", zs, len(streams))
 	}
-	if _, _, _, ok := nvcompStreams(zarr.CompressionLZ4, lz[:len(lz)-1], n); ok {
-		t.Fatal("truncated lz4 chunk accepted")
+	if streams, _ := NVCOMPStreams(zarr.CompressionLZ4, lz, n-1, nil); streams != nil {
+		t.Fatal("lz4 chunk whose size prefix is not its size accepted")
+	}
+	if streams, _ := NVCOMPStreams(zarr.CompressionLZ4, lz, n, func(off int) bool { return off != 4 }); streams != nil {
+		t.Fatal("lz4 block at a misaligned offset accepted")
+	}
+	// A truncated block keeps its prefix: the rule passes it to the LZ4
+	// walk on the GPU, which refuses it as nvcomp.LZ4GPUCheck does.
+	cut := lz[:len(lz)-1]
+	streams, _ = NVCOMPStreams(zarr.CompressionLZ4, cut, n, nil)
+	if len(streams) != 1 || nvcomp.LZ4GPUCheck(payloads(cut, streams)[0], n) == nil {
+		t.Fatal("a truncated lz4 block: not passed on, or passes the GPU check")
 	}
 
 	for _, c := range []struct {
@@ -98,13 +122,13 @@ func TestNVCOMPStreams(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			streams, sizes, zs, ok := nvcompStreams(zarr.CompressionBlosc, frame, n)
-			if !ok || zs != c.zstd || len(streams) != len(f.Streams) {
-				t.Fatalf("blosc %v shuffle %v: ok %v zstd %v, %d streams of %d", c.comp, sh, ok, zs, len(streams), len(f.Streams))
+			streams, zs := NVCOMPStreams(zarr.CompressionBlosc, frame, n, nil)
+			if zs != c.zstd || len(streams) != len(f.Streams) || len(streams) == 0 {
+				t.Fatalf("blosc %v shuffle %v: zstd %v, %d streams of %d", c.comp, sh, zs, len(streams), len(f.Streams))
 			}
 			got := make([]byte, n)
-			for i, s := range streams {
-				copy(got[f.Streams[i].Dst:], decodeStream(t, zs, s, sizes[i]))
+			for i, s := range payloads(frame, streams) {
+				copy(got[streams[i].Dst:], decodeStream(t, zs, s, streams[i].Size))
 			}
 			if !bytes.Equal(got, want) {
 				t.Fatalf("blosc %v shuffle %v: the streams do not give the chunk's bytes", c.comp, sh)
@@ -115,21 +139,22 @@ func TestNVCOMPStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, ok := nvcompStreams(zarr.CompressionBlosc, memcpyed, n); ok {
+	if streams, _ := NVCOMPStreams(zarr.CompressionBlosc, memcpyed, n, nil); streams != nil {
 		t.Fatal("memcpyed blosc chunk accepted")
 	}
+	r := rand.New(rand.NewPCG(zarrtest.Seed(t), 0))
 	noise := make([]byte, n)
 	for i := range noise {
-		noise[i] = byte(rand.Uint32())
+		noise[i] = byte(r.Uint32())
 	}
 	stored, err := blosc.Encode(noise, blosc.Options{Compressor: blosc.LZ4, Level: 5, Shuffle: blosc.ByteShuffle, Typesize: 2, Blocksize: 32 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, ok := nvcompStreams(zarr.CompressionBlosc, stored, n); ok {
+	if streams, _ := NVCOMPStreams(zarr.CompressionBlosc, stored, n, nil); streams != nil {
 		t.Fatal("blosc chunk of incompressible data (raw streams) accepted")
 	}
-	if _, _, _, ok := nvcompStreams(zarr.CompressionGzip, zframe, n); ok {
+	if streams, _ := NVCOMPStreams(zarr.CompressionGzip, zframe, n, nil); streams != nil {
 		t.Fatal("gzip chunk accepted")
 	}
 }

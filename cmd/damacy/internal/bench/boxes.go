@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -65,8 +65,8 @@ func newBoxSet(sc *Scenario, dir string, samples []boxSample) (*boxSet, error) {
 		Dtype: dt.String(), Samples: samples,
 	}
 	for i := range sc.Dataset.Arrays {
-		bs.Arrays = append(bs.Arrays, arrayName(i))
-		bs.DataTypes = append(bs.DataTypes, sc.Dataset.Dtype.at(i))
+		bs.Arrays = append(bs.Arrays, ArrayName(i))
+		bs.DataTypes = append(bs.DataTypes, sc.Dataset.Dtype.At(i))
 	}
 	return bs, nil
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/binary"
@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/damacy-go/damacy/pipeline"
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 )
@@ -15,15 +16,15 @@ import (
 // convert (ptx.Float32Bits, then ptx.BFloat16Bits for bf16). The first
 // differing element is reported.
 func verifyBatch(b *pipeline.Batch, bs *boxSet, samples []boxSample) error {
-	data, err := batchHostBytes(b)
-	if err != nil {
-		return err
-	}
 	info := b.Info()
 	size := info.Dtype.Size()
 	per := size
 	for _, n := range info.Shape[1:] {
 		per *= int(n)
+	}
+	data := make([]byte, per*b.Len())
+	if err := b.CopyToHost(data); err != nil {
+		return err
 	}
 	if len(data) != per*len(samples) {
 		return fmt.Errorf("batch %d holds %d bytes; want %d for %d samples", info.ID, len(data), per*len(samples), len(samples))
@@ -49,9 +50,9 @@ func verifyBatch(b *pipeline.Batch, bs *boxSet, samples []boxSample) error {
 		if err != nil {
 			return err
 		}
-		src, err := ptxDtype(reg.DataType)
-		if err != nil {
-			return err
+		src, ok := plan.Dtype(reg.DataType)
+		if !ok {
+			return fmt.Errorf("no kernel type for %v", reg.DataType)
 		}
 		es := reg.DataType.Size()
 		got := data[k*per : (k+1)*per]
@@ -67,8 +68,8 @@ func verifyBatch(b *pipeline.Batch, bs *boxSet, samples []boxSample) error {
 				want, have = f, binary.NativeEndian.Uint32(got[4*i:])
 			}
 			if want != have {
-				return fmt.Errorf("batch %d sample %d (%s %s), element %d: got bits %#x, want %#x from the reference reader",
-					info.ID, k, bs.Arrays[s.Array], boxString(box), i, have, want)
+				return fmt.Errorf("batch %d sample %d (%s), element %d: got bits %#x, want %#x from the reference reader",
+					info.ID, k, bs.sample(s), i, have, want)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 
 func TestProgressTerminal(t *testing.T) {
 	var buf bytes.Buffer
-	p := startProgress(&env{stderr: &buf, progress: true}, "generating", "B", 4000)
+	p := startProgress(Env{Stderr: &buf, Progress: true}, "generating", "B", 4000)
 	p.add(1000)
 	time.Sleep(3 * progressInterval)
 	p.finish()
@@ -21,7 +21,7 @@ func TestProgressTerminal(t *testing.T) {
 
 func TestProgressQuiet(t *testing.T) {
 	var buf bytes.Buffer
-	p := startProgress(&env{stderr: &buf}, "streaming", "batches", 10)
+	p := startProgress(Env{Stderr: &buf}, "streaming", "batches", 10)
 	p.add(10)
 	time.Sleep(2 * progressInterval)
 	if p.finish() <= 0 || buf.Len() != 0 {

@@ -1,0 +1,253 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
+	"github.com/damacy-go/damacy/pipeline"
+)
+
+// Env is where a run writes besides its report.
+type Env struct {
+	Stderr   io.Writer    // messages ("damacy: ...")
+	Progress bool         // Stderr is a terminal: draw a status line there
+	Logger   *slog.Logger // the pipeline's log lines
+}
+
+// Options says how Run runs a scenario.
+type Options struct {
+	DropCache bool   // drop the dataset's files from the page cache before the run and the pread replay
+	Trace     string // write a Chrome trace-event JSON file of the run's spans here
+	Data      string // the dataset's directory, instead of the scenario's dataset.dir
+	BoxesOut  string // write the boxes read to this JSON file (for the peers)
+	Ceilings  bool   // measure the ceilings after the run
+	Verify    bool   // check the first batch popped against the reference reader
+}
+
+// pipelineConfig is the pipeline configuration of a scenario's run.
+func pipelineConfig(sc *Scenario) pipeline.Config {
+	r := &sc.Run
+	shape := make([]int, len(r.SampleShape))
+	for i, n := range r.SampleShape {
+		shape[i] = int(n)
+	}
+	dt, _ := pipeline.ParseDtype(r.Dtype)
+	dev, _ := base.EngineDevice(r.Engine)
+	return pipeline.Config{
+		BatchSize:         r.BatchSize,
+		SampleShape:       shape,
+		Dtype:             dt,
+		HostBufferBytes:   int64(r.HostBuffer),
+		DeviceBufferBytes: int64(r.DeviceBuffer),
+		LookaheadBatches:  r.Lookahead,
+		IOThreads:         r.IOThreads,
+		MaxGPUMemoryBytes: int64(r.GPUCap),
+		Device:            dev,
+	}
+}
+
+// ioThreads is the number of readers the run had: the scenario's, or the
+// pipeline's documented default.
+func ioThreads(sc *Scenario) int {
+	if sc.Run.IOThreads > 0 {
+		return sc.Run.IOThreads
+	}
+	return min(max(runtime.NumCPU(), 4), 64)
+}
+
+// Run runs a scenario (generating its dataset if it is absent) and
+// measures its ceilings: see damacy help bench.
+func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
+	var tr *tracer
+	if o.Trace != "" {
+		tr = newTracer()
+	}
+	dir := sc.dataDir(o.Data)
+	t := time.Now()
+	gs, err := ensureDataset(ctx, e, &sc.Dataset, dir, false)
+	if err != nil {
+		return nil, err
+	}
+	if gs.RawBytes > 0 {
+		tr.span(traceRowPhases, "phase", "generate dataset", t, time.Now(), nil)
+	}
+	bs, err := newBoxSet(sc, dir, drawBoxes(sc))
+	if err != nil {
+		return nil, err
+	}
+	if o.BoxesOut != "" {
+		if err := bs.write(o.BoxesOut); err != nil {
+			return nil, err
+		}
+	}
+	if o.DropCache {
+		if err := dropDatasetCache(dir); err != nil {
+			return nil, err
+		}
+	}
+	rep := &Report{
+		Scenario: sc.Name, Description: sc.Description, Date: time.Now().UTC().Truncate(time.Second),
+		Host:       Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
+		DatasetDir: bs.DatasetDir, Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
+		Dtype: bs.Dtype, BatchSize: sc.Run.BatchSize, SampleShape: sc.Run.SampleShape,
+		Warmup: sc.Run.Warmup, Batches: sc.Run.Batches, HoldMS: sc.Run.HoldMS,
+	}
+	st, err := stream(ctx, e, sc, bs, rep, tr, o.Verify)
+	if err != nil {
+		return nil, err
+	}
+	rep.Engine, rep.Decoder = st.Engine, st.Decoder
+	rep.Stats = newBenchStats(st)
+	w := rep.Wall.Seconds()
+	rep.OutputGBps = float64(st.OutputBytes) / w / 1e9
+	rep.SamplesPerS = float64(st.SamplesEmitted) / w
+	// The boxes' bytes are known exactly; the pipeline's BoxBytes counts
+	// at plan time, which for lookahead batches falls before the reset.
+	box := bs.measuredBoxBytes()
+	rep.SourceGBps = float64(box) / w / 1e9
+	rep.WireGBps = float64(st.BytesRead) / w / 1e9
+	rep.ReadAmp = base.Ratio(st.BytesRead, box)
+	if strings.HasPrefix(rep.Device, "cuda") {
+		rep.Host.GPU, rep.Host.Driver = gpuLine(rep.Device)
+	}
+	if o.Ceilings {
+		t := time.Now()
+		cs, err := measureCeilings(ctx, sc, bs, rep, st, o, tr)
+		tr.span(traceRowPhases, "phase", "ceilings", t, time.Now(), nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			rep.CeilingError = err.Error()
+			fmt.Fprintf(e.Stderr, "damacy: warning: ceilings: %v\n", err)
+		}
+		rep.Ceilings = cs
+		for _, c := range cs {
+			if c.Limits && c.OutputGBps > 0 && (rep.Lowest == "" || c.OutputGBps < lowestOf(cs, rep.Lowest)) {
+				rep.Lowest = c.Name
+			}
+		}
+		if rep.Lowest != "" {
+			rep.OfLowest = rep.OutputGBps / lowestOf(cs, rep.Lowest)
+		}
+	}
+	if tr != nil {
+		if err := tr.write(o.Trace); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+func lowestOf(cs []Ceiling, name string) float64 {
+	for _, c := range cs {
+		if c.Name == name {
+			return c.OutputGBps
+		}
+	}
+	return 0
+}
+
+// stream runs the pipeline over the boxes: warm-up batches, a stats reset,
+// then the measured batches. It fills rep's timing fields.
+func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, tr *tracer, verify bool) (pipeline.Stats, error) {
+	t0 := time.Now()
+	cfg := pipelineConfig(sc)
+	cfg.Logger = e.Logger
+	if tr != nil {
+		cfg.Trace = tr.pipelineSpan
+	}
+	p, err := pipeline.New(cfg)
+	if err != nil {
+		return pipeline.Stats{}, err
+	}
+	defer p.Close()
+	err = p.PushSeq(func(yield func(pipeline.Sample) bool) {
+		for _, s := range bs.Samples {
+			if !yield(bs.sample(s)) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		return pipeline.Stats{}, err
+	}
+	hold := time.Duration(sc.Run.HoldMS) * time.Millisecond
+	total := sc.Run.Warmup + sc.Run.Batches
+	prog := startProgress(e, "streaming", "batches", int64(total))
+	defer prog.finish()
+	var start time.Time
+	for i := range total {
+		if i == sc.Run.Warmup {
+			p.StatsReset()
+			start = time.Now()
+			if i > 0 {
+				tr.span(traceRowPhases, "phase", "warmup", t0, start, nil)
+			}
+		}
+		tp := time.Now()
+		b, err := p.Pop(ctx)
+		if err != nil {
+			return pipeline.Stats{}, fmt.Errorf("batch %d: %w", i, err)
+		}
+		th := time.Now()
+		if i == 0 {
+			rep.Startup = th.Sub(t0)
+			rep.Device = b.Info().Device
+			if verify {
+				if err := verifyBatch(b, bs, bs.Samples[:sc.Run.BatchSize]); err != nil {
+					b.Release()
+					return pipeline.Stats{}, fmt.Errorf("verify: %w", err)
+				}
+				rep.Verified = true
+				tr.span(traceRowPhases, "phase", "verify batch 0", th, time.Now(), nil)
+			}
+		}
+		tr.span(traceRowPop, "batch", fmt.Sprintf("pop %d", i), tp, th, map[string]any{"batch": i, "warmup": i < sc.Run.Warmup})
+		if hold > 0 {
+			select {
+			case <-time.After(hold):
+			case <-ctx.Done():
+				b.Release()
+				return pipeline.Stats{}, ctx.Err()
+			}
+			tr.span(traceRowHold, "batch", fmt.Sprintf("hold %d", i), th, time.Now(), map[string]any{"batch": i})
+		}
+		b.Release()
+		prog.add(1)
+	}
+	rep.Wall = time.Since(start)
+	tr.span(traceRowPhases, "phase", "measured batches", start, start.Add(rep.Wall), nil)
+	return p.Stats(), nil
+}
+
+// dropDatasetCache drops every file of the dataset from the page cache.
+func dropDatasetCache(dir string) error {
+	var errs []error
+	err := filepath.WalkDir(dir, func(path string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if de.Type().IsRegular() {
+			if err := dropFileCache(path); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("--drop-cache: %w (and %d more)", errs[0], len(errs)-1)
+	}
+	return nil
+}

@@ -1,0 +1,385 @@
+package bench
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
+)
+
+//go:embed scenarios/*.json
+var builtinScenarios embed.FS
+
+// ScenarioHelp documents the scenario file format (damacy help bench).
+const ScenarioHelp = `A scenario file is a JSON object with two sections. Unknown fields are
+errors, and every value is checked; a message names the field at fault.
+
+  {
+    "name": "throughput",            short name (letters, digits, - _ .)
+    "description": "...",            optional free text
+    "dataset": {
+      "dir": "",                     where the dataset lives; relative to the
+                                     scenario file; empty: a directory under
+                                     the system temp dir named after the
+                                     dataset's parameters (--data overrides)
+      "arrays": 16,                  number of OME-NGFF images a000, a001, ...
+      "shape": [512, 512, 512],      each image's level-0 shape, rank 2..5
+      "chunk": [32, 64, 64],         inner chunk shape
+      "shard": [256, 256, 512],      shard shape (a multiple of chunk);
+                                     omit for unsharded arrays
+      "dtype": "uint16",             a zarr data type, or a list cycled
+                                     over the arrays: ["uint8", "uint16"]
+      "codec": "zstd",               none, zstd, gzip, lz4, blosc-zstd,
+                                     blosc-lz4, blosc-lz4hc, blosc-blosclz,
+                                     blosc-zlib; or a list cycled over arrays
+      "level": 3,                    the codec's compression level
+                                     (0: the codec's default)
+      "shuffle": "byte",             blosc only: none, byte (default), bit
+      "entropy": 0.5,                fraction of voxels drawn uniformly at
+                                     random; the others are 0 (damacy's
+                                     generator)
+      "seed": 1                      data seed: same seed, same bytes
+    },
+    "run": {
+      "batch_size": 128,             samples per batch
+      "sample_shape": [128,128,128], box extent per axis
+      "batches": 100,                measured batches
+      "warmup": 10,                  batches popped before the stats reset
+      "dtype": "f32",                output: f32 or bf16
+      "lookahead_batches": 4,        batches planned ahead (2..64); damacy's
+                                     lookahead of 512 samples at 128 per
+                                     batch is 4
+      "io_threads": 16,              concurrent readers (0: the default)
+      "gpu_cap": "6GiB",             device memory cap (bytes or a string
+                                     with B, KiB, MiB, GiB, KB, MB, GB);
+                                     0: none
+      "host_buffer": "1GiB",         staging memory (0: the default)
+      "device_buffer": "1GiB",       decoded-chunk memory (0: the default)
+      "hold_ms": 0,                  consumer hold between pop and release
+      "engine": "auto",              auto, host, cuda or cuda:N
+      "seed": 1                      box seed: same seed, same boxes
+    }
+  }
+
+Boxes: each sample's array and its in-bounds origin are drawn uniformly at
+random from the box seed, so the same seed reads the same boxes.`
+
+// Scenario is a benchmark scenario: a synthetic dataset and how to read it.
+type Scenario struct {
+	Name        string      `json:"name"`
+	Description string      `json:"description,omitempty"`
+	Dataset     DatasetSpec `json:"dataset"`
+	Run         RunSpec     `json:"run"`
+
+	// base is the directory a relative Dataset.Dir is resolved against:
+	// the scenario file's directory, or "" for built-in scenarios.
+	base string
+}
+
+// DatasetSpec describes a synthetic dataset of OME-NGFF 0.5 images over
+// sharded zarr v3 arrays.
+type DatasetSpec struct {
+	Dir     string   `json:"dir,omitempty"`
+	Arrays  int      `json:"arrays"`
+	Shape   []int64  `json:"shape"`
+	Chunk   []int64  `json:"chunk"`
+	Shard   []int64  `json:"shard,omitempty"`
+	Dtype   NameList `json:"dtype"`
+	Codec   NameList `json:"codec"`
+	Level   int      `json:"level,omitempty"`
+	Shuffle string   `json:"shuffle,omitempty"`
+	Entropy float64  `json:"entropy"`
+	Seed    uint64   `json:"seed"`
+}
+
+// RunSpec says how a benchmark reads the dataset.
+type RunSpec struct {
+	BatchSize    int      `json:"batch_size"`
+	SampleShape  []int64  `json:"sample_shape"`
+	Batches      int      `json:"batches"`
+	Warmup       int      `json:"warmup"`
+	Dtype        string   `json:"dtype"`
+	Lookahead    int      `json:"lookahead_batches,omitempty"`
+	IOThreads    int      `json:"io_threads,omitempty"`
+	GPUCap       ByteSize `json:"gpu_cap,omitempty"`
+	HostBuffer   ByteSize `json:"host_buffer,omitempty"`
+	DeviceBuffer ByteSize `json:"device_buffer,omitempty"`
+	HoldMS       int      `json:"hold_ms,omitempty"`
+	Engine       string   `json:"engine,omitempty"`
+	Seed         uint64   `json:"seed"`
+}
+
+// NameList is a JSON string or a list of strings; a single name is a list
+// of one.
+type NameList []string
+
+func (l *NameList) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*l = NameList{s}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return errors.New("want a string or a list of strings")
+	}
+	*l = list
+	return nil
+}
+
+func (l NameList) MarshalJSON() ([]byte, error) {
+	if len(l) == 1 {
+		return json.Marshal(l[0])
+	}
+	return json.Marshal([]string(l))
+}
+
+// At returns the name for array i: the list cycled.
+func (l NameList) At(i int) string { return l[i%len(l)] }
+
+// ByteSize is a size in bytes, written in JSON as a number or as a string
+// with a unit ("6GiB", "512MiB", "1.5GB").
+type ByteSize int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   float64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"B", 1},
+}
+
+func parseByteSize(s string) (ByteSize, error) {
+	t := strings.TrimSpace(s)
+	mult := 1.0
+	for _, u := range sizeUnits {
+		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) || v*mult > math.MaxInt64/2 {
+		return 0, fmt.Errorf("%q is not a size (want bytes, or a number with B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s)
+	}
+	return ByteSize(math.Round(v * mult)), nil
+}
+
+func (b *ByteSize) UnmarshalJSON(data []byte) error {
+	var n json.Number
+	if err := json.Unmarshal(data, &n); err == nil {
+		v, err := strconv.ParseInt(string(n), 10, 64)
+		if err != nil || v < 0 {
+			return fmt.Errorf("%s is not a byte count (want a non-negative integer)", n)
+		}
+		*b = ByteSize(v)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return errors.New("want a byte count or a string such as \"6GiB\"")
+	}
+	v, err := parseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+func (b ByteSize) String() string { return base.FormatBytes(int64(b)) }
+
+// ScenarioError is a scenario file that cannot be used: the file and the
+// field at fault (a JSON path such as "dataset.chunk[1]").
+type ScenarioError struct {
+	File  string
+	Field string
+	Msg   string
+}
+
+func (e *ScenarioError) Error() string {
+	msg := e.Msg
+	if e.Field != "" {
+		msg = e.Field + ": " + msg
+	}
+	if e.File != "" {
+		msg = e.File + ": " + msg
+	}
+	return msg
+}
+
+// LoadScenario reads a scenario from a file or, when no file of that name
+// exists and it is a bare name, from the built-in scenarios. The result is
+// validated.
+func LoadScenario(name string) (*Scenario, error) {
+	if fi, err := os.Stat(name); (err != nil || fi.IsDir()) && !strings.ContainsAny(name, `/\`) {
+		bare := strings.TrimSuffix(name, ".json")
+		b, berr := builtinScenarios.ReadFile(path.Join("scenarios", bare+".json"))
+		if berr == nil {
+			return parseScenario(bare, b)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: no such file, and not a built-in scenario (%s)", name, strings.Join(BuiltinNames(), ", "))
+		}
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := parseScenario(name, b)
+	if err != nil {
+		return nil, err
+	}
+	sc.base = filepath.Dir(name)
+	return sc, nil
+}
+
+// BuiltinNames lists the built-in scenarios.
+func BuiltinNames() []string {
+	ents, _ := builtinScenarios.ReadDir("scenarios")
+	var names []string
+	for _, e := range ents {
+		names = append(names, strings.TrimSuffix(e.Name(), ".json"))
+	}
+	return names
+}
+
+// parseScenario decodes and validates a scenario document. file names it
+// in errors.
+func parseScenario(file string, b []byte) (*Scenario, error) {
+	var top struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Dataset     json.RawMessage `json:"dataset"`
+		Run         json.RawMessage `json:"run"`
+	}
+	if err := strictDecode(b, &top); err != nil {
+		return nil, jsonFieldError(file, "", b, err)
+	}
+	sc := &Scenario{Name: top.Name, Description: top.Description}
+	if top.Dataset == nil {
+		return nil, &ScenarioError{file, "dataset", "missing"}
+	}
+	if top.Run == nil {
+		return nil, &ScenarioError{file, "run", "missing"}
+	}
+	if err := strictDecode(top.Dataset, &sc.Dataset); err != nil {
+		return nil, jsonFieldError(file, "dataset", top.Dataset, err)
+	}
+	if err := strictDecode(top.Run, &sc.Run); err != nil {
+		return nil, jsonFieldError(file, "run", top.Run, err)
+	}
+	if err := sc.validate(); err != nil {
+		var se *ScenarioError
+		if errors.As(err, &se) {
+			se.File = file
+		}
+		return nil, err
+	}
+	return sc, nil
+}
+
+// strictDecode decodes one JSON value into v, refusing unknown fields and
+// trailing data.
+func strictDecode(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	d.UseNumber()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+// jsonFieldError turns a decoding error of section (a JSON path prefix)
+// into a one-line *ScenarioError naming the field.
+func jsonFieldError(file, section string, b []byte, err error) error {
+	join := func(f string) string {
+		if section == "" {
+			return f
+		}
+		if f == "" {
+			return section
+		}
+		return section + "." + f
+	}
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		line, col := lineCol(b, syn.Offset)
+		return &ScenarioError{file, section, fmt.Sprintf("invalid JSON at line %d, column %d: %v", line, col, strings.TrimPrefix(syn.Error(), "json: "))}
+	case errors.As(err, &typ):
+		return &ScenarioError{file, join(typ.Field), fmt.Sprintf("cannot use a JSON %s here (want %s)", typ.Value, jsonKind(typ.Type.String()))}
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return &ScenarioError{file, section, "truncated JSON"}
+	}
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if f, ok := strings.CutPrefix(msg, "unknown field "); ok {
+		name, _ := strconv.Unquote(f)
+		return &ScenarioError{file, join(name), "unknown field"}
+	}
+	// Errors from UnmarshalJSON methods name no field; find it by decoding
+	// the section's fields one at a time.
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) == nil {
+		for k := range fields {
+			if ferr := probeField(section, k, fields[k]); ferr != nil {
+				return &ScenarioError{file, join(k), ferr.Error()}
+			}
+		}
+	}
+	return &ScenarioError{file, section, msg}
+}
+
+// probeField decodes one field of a section into its Go type, to find
+// which field a custom decoder rejected.
+func probeField(section, key string, raw json.RawMessage) error {
+	var v any
+	switch section + "." + key {
+	case "dataset.dtype", "dataset.codec":
+		v = new(NameList)
+	case "run.gpu_cap", "run.host_buffer", "run.device_buffer":
+		v = new(ByteSize)
+	default:
+		return nil
+	}
+	return json.Unmarshal(raw, v)
+}
+
+func jsonKind(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "[]"):
+		return "a list"
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"):
+		return "an integer"
+	case strings.HasPrefix(goType, "float"):
+		return "a number"
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "true or false"
+	}
+	return "an object"
+}
+
+func lineCol(b []byte, off int64) (line, col int) {
+	off = min(max(off, 0), int64(len(b)))
+	line = 1 + bytes.Count(b[:off], []byte("\n"))
+	col = int(off) - bytes.LastIndexByte(b[:off], '\n')
+	return line, col
+}

@@ -1,0 +1,7 @@
+// Package cache holds the pipeline's caches: a single-flight LRU (of array
+// metadata, shard indexes and object sizes), a zarr.Locator that plans
+// through such LRUs, and the open-file cache the IO stage reads through.
+//
+// They are exported so that damacy bench's ceilings read and plan through
+// the same code a run does.
+package cache

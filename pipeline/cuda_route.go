@@ -1,0 +1,159 @@
+package pipeline
+
+import (
+	"unsafe"
+
+	"github.com/damacy-go/damacy/pipeline/plan"
+	"github.com/damacy-go/damacy/ptx"
+	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/blosc"
+)
+
+// nvEntry is one nvCOMP input: a whole zstd or LZ4 chunk, or one stream of
+// a blosc chunk. in is the offset of its bytes in staging, out the offset
+// of its output within the job's decoded bytes.
+type nvEntry struct {
+	job       *job
+	in, inLen int64
+	out, size int64
+}
+
+// descEntries is how many nvCOMP entries the plan reserves for a GPU job:
+// one for a zstd or LZ4 chunk; for blosc, one per 4 KiB of output and at
+// least 16 (the most splits of a block), more than the streams c-blosc
+// writes at its usual block sizes (a chunk with more streams is decoded on
+// the CPU).
+func descEntries(j *job) int {
+	if j.chunk.Codec.Route().Compression == zarr.CompressionBlosc {
+		return max(16, j.layout.Bytes()/4096)
+	}
+	return 1
+}
+
+// entries returns the nvCOMP inputs of a GPU job, and whether they are
+// zstd (else LZ4), or nil when nvCOMP must not take it: the streams
+// plan.NVCOMPStreams gives for the payload at poff in staging, each where
+// nvCOMP's input alignment allows. LZ4 blocks are walked on the GPU
+// (ptx.LZ4Check, the twin of nvcomp.LZ4GPUCheck), just before nvCOMP
+// decodes them: on the host the walk costs nearly as much as decoding.
+func (e *cudaEngine) entries(j *job, c zarr.Compression, payload []byte, poff int64) ([]nvEntry, bool) {
+	streams, zs := plan.NVCOMPStreams(c, payload, j.layout.Bytes(), func(off int) bool { return (poff+int64(off))%e.inAlign == 0 })
+	if streams == nil {
+		return nil, false
+	}
+	ents := make([]nvEntry, len(streams))
+	for i, st := range streams {
+		ents[i] = nvEntry{job: j, in: poff + int64(st.Src), inLen: int64(st.Len), out: int64(st.Dst), size: int64(st.Size)}
+	}
+	if c == zarr.CompressionBlosc {
+		h, _ := blosc.ParseHeader(payload) // NVCOMPStreams parsed the frame
+		setShuffle(&j.psrc, h)
+	}
+	return ents, zs
+}
+
+// setShuffle records in src the shuffle a blosc chunk's decoded bytes are
+// still in, for the gather to undo.
+func setShuffle(src *ptx.Source, h blosc.Header) {
+	switch h.Shuffle() {
+	case blosc.ByteShuffle:
+		src.Shuffle = ptx.ByteShuffle
+	case blosc.BitShuffle:
+		src.Shuffle = ptx.BitShuffle
+	default:
+		src.Shuffle = ptx.NoShuffle
+		return
+	}
+	src.TypeSize, src.BlockSize = h.Typesize, h.Blocksize
+}
+
+// route decides, at plan time, which decoder a chunk gets and what it
+// costs. Chunks nvCOMP may take (by codec; arrays where a chunk was already
+// refused stay on the CPU) get arena space, except the CPU's share of them
+// (hybrid decode, see decodeSplit). CPU-decoded chunks get staging room
+// for their decoded bytes, which travel in the same H2D copy.
+func (e *cudaEngine) route(j *job) {
+	n := int64(j.layout.Bytes())
+	r := j.chunk.Codec.Route()
+	eligible := e.zstd != nil && r.Simple && !j.src.cpuOnly.Load() &&
+		(r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4 || r.Compression == zarr.CompressionBlosc)
+	if eligible {
+		if e.cpuShare >= float64(n) {
+			e.cpuShare -= float64(n)
+			eligible = false
+		} else {
+			e.cpuShare += e.split.fraction() * float64(n)
+		}
+	}
+	j.gpu = eligible
+	if j.gpu {
+		j.slabCost = j.chunk.Length + int64(descEntries(j))*(jobDescBytes+statusBytes)
+		j.arenaCost = n
+		return
+	}
+	j.decInSlab = true
+	j.slabCost = j.chunk.Length + align(n)
+}
+
+// chunkCheck is how one chunk of a loaded wave is decoded: read in place
+// (raw bytes at poff in the slab), by nvCOMP (ents, zstd or LZ4), or else
+// on the CPU.
+type chunkCheck struct {
+	inPlace bool
+	poff    int64
+	ents    []nvEntry
+	zstd    bool
+	payload []byte // the blosc frame, for cpuPrep
+}
+
+// cpuPrep readies job j for the CPU decoder: a blosc chunk is decoded
+// without its unshuffle, which the gather undoes, as for nvCOMP.
+func (c *chunkCheck) cpuPrep(j *job) {
+	r := j.chunk.Codec.Route()
+	if !r.Simple || r.Compression != zarr.CompressionBlosc {
+		return
+	}
+	if h, err := blosc.ParseHeader(c.payload); err == nil {
+		j.bloscPayload = c.payload
+		setShuffle(&j.psrc, h)
+	}
+}
+
+// check routes one chunk of a loaded wave (stored: its bytes in the slab):
+// its checksum is verified and stripped; a raw chunk is read in place; a
+// zstd, LZ4 or blosc (lz4 or zstd streams) chunk routed to the GPU that
+// passes nvCOMP's checks becomes nvCOMP entries; the others go to the CPU.
+// It touches only j, so checks of a wave run in parallel.
+func (e *cudaEngine) check(j *job, stored []byte) (chunkCheck, error) {
+	j.bloscPayload = nil
+	j.psrc.Shuffle, j.psrc.TypeSize, j.psrc.BlockSize = ptx.NoShuffle, 0, 0
+	r := j.chunk.Codec.Route()
+	var c chunkCheck
+	if r.Simple {
+		var err error
+		if c.payload, err = j.chunk.Payload(stored); err != nil {
+			return c, decodeError(j, err)
+		}
+	}
+	c.poff = j.slabOff + int64(payloadOffset(stored, c.payload))
+	n := j.layout.Bytes()
+	if r.Simple && r.Compression == zarr.CompressionNone && len(c.payload) == n && c.poff%int64(j.src.dtype.Size()) == 0 {
+		c.inPlace = true
+		return c, nil
+	}
+	if j.gpu {
+		c.ents, c.zstd = e.entries(j, r.Compression, c.payload, c.poff)
+	}
+	if len(c.ents) == 0 {
+		c.cpuPrep(j)
+	}
+	return c, nil
+}
+
+// payloadOffset is where payload starts inside stored (a sub-slice of it).
+func payloadOffset(stored, payload []byte) int {
+	if len(payload) == 0 {
+		return 0
+	}
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(payload))) - uintptr(unsafe.Pointer(unsafe.SliceData(stored))))
+}

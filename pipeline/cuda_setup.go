@@ -1,0 +1,299 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/damacy-go/damacy/cuda"
+	"github.com/damacy-go/damacy/nvcomp"
+	"github.com/damacy-go/damacy/ptx"
+)
+
+// The CUDA engine's fixed geometry.
+const (
+	cudaSlabs    = 3       // pinned staging slabs: one filling, one copying, one spare
+	cudaWaveBufs = 2       // device wave buffers: one decoding, one being filled
+	maxWaveJobs  = 16384   // chunks per wave (nvCOMP batch size)
+	maxWaveOps   = 1 << 16 // copy ops per wave
+	jobDescBytes = 6 * 8   // per GPU chunk: in ptr, in size, out ptr, capacity, actual size, expected size
+	statusBytes  = 4       // per GPU chunk: nvCOMP status
+	opBytes      = int64(unsafe.Sizeof(ptx.Op{})) + 4
+	arenaGuard   = 1 << 20 // bytes after each arena that only overruns reach
+)
+
+// cudaEngine assembles batches in GPU memory. Per wave: IO workers pread the
+// chunks into a pinned slab; CPU workers check checksums, parse frames and
+// decide per chunk whether nvCOMP or a CPU worker decodes it (CPU output
+// goes into the same slab); the slab's used prefix, with nvCOMP's argument
+// arrays and the assemble ops, crosses in one H2D copy; the LZ4 check
+// kernel and nvCOMP decode into the wave's arena; a status reduction and
+// the assemble kernel follow (and redo, when nvCOMP left chunks undone). Three
+// streams (copy, decode, assemble) chained by events keep two waves in
+// flight without a host round trip; a waiter thread retires waves in order.
+type cudaEngine struct {
+	*stages
+	ex        *cuda.Executor
+	ordinal   int
+	kernels   *ptx.Kernels
+	lib       *nvcomp.Library
+	zstd      *nvcomp.Decoder
+	lz4       *nvcomp.Decoder
+	empty     cuda.DevicePtr // the one-byte empty LZ4 block that ptx.LZ4Check puts in place of a block that fails
+	inAlign   int64          // nvCOMP's input alignment (outputs are 256-aligned)
+	copyS     cuda.Stream
+	decodeS   cuda.Stream
+	asmS      cuda.Stream
+	slabs     chan *cuda.HostBuffer
+	allSlabs  []*cuda.HostBuffer // for close
+	bufs      []*waveBuf
+	bufFree   chan *waveBuf
+	pool      *slotPool
+	slotMem   []cuda.DevicePtr
+	layout    ptx.Layout
+	metaRes   int64 // staging bytes reserved per wave for the block table
+	committed int64
+	sticky    atomic.Pointer[Error] // a CUDA error: every later batch fails with it
+	split     decodeSplit           // how much of nvCOMP's work the CPU takes
+	stuck     atomic.Bool           // a wave never finished: close must not wait for the GPU
+	wavesRead atomic.Int64          // waves whose reads are done (or skipped)
+	wavesDone atomic.Int64          // waves retired
+	cpuShare  float64               // route's running CPU share, in bytes (plan goroutine only)
+}
+
+// waveBuf is one device wave buffer: staging (a copy of the slab) then the
+// arena nvCOMP decodes into, both addressed from base by the assemble ops.
+type waveBuf struct {
+	base     cuda.DevicePtr
+	arena    int64 // offset of the arena from base
+	size     int64
+	summary  cuda.DevicePtr   // ptx.StatusSummary on the device
+	sumHost  *cuda.HostBuffer // and its pinned host copy
+	start    cuda.Event       // timing events: before the H2D copy,
+	h2d      cuda.Event       // after it,
+	decStart cuda.Event       // when the decode stream reaches the wave,
+	dec      cuda.Event       // after decoding,
+	done     cuda.Event       // after assembly
+	plan     *ptx.Plan        // the assemble plan of the wave using the buffer
+}
+
+// newCUDAEngine starts the CUDA engine on GPU ordinal; withNVCOMP false
+// keeps nvCOMP out even when it is installed (tests compare both paths).
+func newCUDAEngine(cfg Config, ordinal int, stats *statsSink, withNVCOMP bool) (*cudaEngine, error) {
+	cfg = cfg.withBuffers(true)
+	if err := cuda.Init(); err != nil {
+		return nil, newError("new", ErrCUDA, "", err)
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return nil, newError("new", ErrCUDA, "", err)
+	}
+	if ordinal >= n {
+		return nil, errorf("new", ErrInvalid, "", "Config.Device = %q: the host has %d GPUs", cfg.Device, n)
+	}
+	dev, err := cuda.GetDevice(ordinal)
+	if err != nil {
+		return nil, newError("new", ErrCUDA, "", err)
+	}
+	st, err := newStages(cfg, stats)
+	if err != nil {
+		return nil, err
+	}
+	e := &cudaEngine{stages: st, ordinal: ordinal}
+	if e.ex, err = cuda.NewExecutor(dev); err != nil {
+		st.close()
+		return nil, newError("new", ErrCUDA, "", err)
+	}
+	if err := e.setup(withNVCOMP); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// setup loads the kernels and nvCOMP, creates the streams and events, and
+// reserves the pinned slabs and the wave buffers. Batch slots come in
+// reserve, once the sample shape is known.
+func (e *cudaEngine) setup(withNVCOMP bool) error {
+	cfg := e.cfg
+	decoder := "cpu"
+	var libErr error = errors.New("disabled")
+	if withNVCOMP {
+		var lib *nvcomp.Library
+		if lib, libErr = nvcomp.Load(); libErr == nil {
+			e.lib = lib
+		}
+	}
+	slab := cfg.HostBufferBytes / cudaSlabs &^ 4095
+	arena := cfg.DeviceBufferBytes / cudaWaveBufs &^ 4095
+	if need := 2*align(cfg.MaxChunkBytes) + 1<<20; slab < need {
+		return errorf("new", ErrBudget, "", "Config.HostBufferBytes = %d gives %d-byte staging slabs, below the %d one chunk of Config.MaxChunkBytes = %d needs: raise it to at least %d or lower MaxChunkBytes", cfg.HostBufferBytes, slab, need, cfg.MaxChunkBytes, need*cudaSlabs)
+	}
+	if need := align(cfg.MaxChunkBytes); arena < need {
+		return errorf("new", ErrBudget, "", "Config.DeviceBufferBytes = %d gives %d-byte wave arenas, below one chunk of Config.MaxChunkBytes = %d: raise it to at least %d or lower MaxChunkBytes", cfg.DeviceBufferBytes, arena, cfg.MaxChunkBytes, need*cudaWaveBufs)
+	}
+	e.lim = waveLimits{slab: slab, arena: arena, jobs: maxWaveJobs, ops: maxWaveOps, opCost: opBytes, readCap: 4 << 20, readGap: 64 << 10}
+	e.inAlign = 1
+	err := e.ex.Do(func() error {
+		var err error
+		if e.kernels, err = ptx.Load(); err != nil {
+			return err
+		}
+		for _, s := range []*cuda.Stream{&e.copyS, &e.decodeS, &e.asmS} {
+			if *s, err = cuda.NewStream(cuda.StreamNonBlocking); err != nil {
+				return err
+			}
+		}
+		if e.lib != nil {
+			for _, alg := range []nvcomp.Algorithm{nvcomp.Zstd, nvcomp.LZ4} {
+				a, err := e.lib.Alignment(alg)
+				if err != nil {
+					return err
+				}
+				if a.Output > 256 {
+					return fmt.Errorf("nvcomp %s needs outputs aligned to %d bytes, more than the 256 the arena gives", alg, a.Output)
+				}
+				e.inAlign = max(e.inAlign, int64(a.Input))
+			}
+			dc := nvcomp.DecoderConfig{Algorithm: nvcomp.Zstd, MaxChunks: maxWaveJobs, MaxChunkBytes: int(cfg.MaxChunkBytes), MaxTotalBytes: int(arena)}
+			if e.zstd, err = e.lib.NewDecoder(dc); err != nil {
+				return err
+			}
+			dc.Algorithm = nvcomp.LZ4
+			if e.lz4, err = e.lib.NewDecoder(dc); err != nil {
+				return err
+			}
+			e.committed += int64(e.zstd.TempBytes() + e.lz4.TempBytes())
+			if e.empty, err = cuda.MemAlloc(256); err != nil {
+				return err
+			}
+			if err := cuda.CopyHtoD(e.empty, []byte{0}); err != nil {
+				return err
+			}
+		}
+		e.slabs = make(chan *cuda.HostBuffer, cudaSlabs)
+		for range cudaSlabs {
+			h, err := cuda.HostAlloc(int(slab), cuda.HostAllocPortable)
+			if err != nil {
+				return err
+			}
+			e.slabs <- h
+			e.allSlabs = append(e.allSlabs, h)
+		}
+		e.bufFree = make(chan *waveBuf, cudaWaveBufs)
+		for range cudaWaveBufs {
+			// The guard after the arena catches what nvCOMP writes past a
+			// damaged zstd chunk's output (it reports the larger size, the
+			// status check fails the wave, and nothing outside the wave
+			// buffer is touched); a block decodes to at most 128 KiB.
+			b := &waveBuf{arena: slab, size: slab + arena + arenaGuard}
+			e.bufs = append(e.bufs, b)
+			if b.base, err = cuda.MemAlloc(int(b.size)); err != nil {
+				return err
+			}
+			e.committed += b.size
+			if b.summary, err = cuda.MemAlloc(ptx.StatusSummarySize); err != nil {
+				return err
+			}
+			if b.sumHost, err = cuda.HostAlloc(ptx.StatusSummarySize, 0); err != nil {
+				return err
+			}
+			for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.done} {
+				if *ev, err = cuda.NewEvent(cuda.EventDefault); err != nil {
+					return err
+				}
+			}
+			e.bufFree <- b
+		}
+		return nil
+	})
+	if err != nil {
+		return cudaError("new", err)
+	}
+	if cfg.MaxGPUMemoryBytes > 0 && e.committed > cfg.MaxGPUMemoryBytes {
+		return errorf("new", ErrBudget, "", "wave buffers and nvCOMP scratch need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it, or lower DeviceBufferBytes / HostBufferBytes", e.committed, cfg.MaxGPUMemoryBytes)
+	}
+	if e.lib != nil {
+		decoder = fmt.Sprintf("nvcomp %s + cpu", e.lib.Version)
+		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, zstd, LZ4 and blosc (zstd or lz4) chunks decoded by nvCOMP, others on the CPU", "device", e.ordinal, "nvcomp", e.lib.Path)
+	} else {
+		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, chunks decoded on the CPU (nvCOMP not loaded)", "device", e.ordinal, "reason", libErr)
+	}
+	e.stats.update(func(s *Stats) {
+		s.Engine, s.Decoder = "cuda", decoder
+		s.GPUBytesCommitted = e.committed
+	})
+	return nil
+}
+
+// cudaError wraps an error from the GPU side as ErrCUDA (or ErrOutOfMemory).
+func cudaError(op string, err error) *Error {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	kind := ErrCUDA
+	if errors.Is(err, cuda.ErrOutOfMemory) {
+		kind = ErrOutOfMemory
+	}
+	return newError(op, kind, "", err)
+}
+
+func (e *cudaEngine) reserve(shape []int) error {
+	e.shape = shape
+	e.layout = ptx.Layout{Samples: e.cfg.BatchSize, Shape: shape, Dtype: outDtype(e.cfg.Dtype)}
+	if err := e.layout.Validate(); err != nil {
+		return newError("new", ErrInvalid, "", err)
+	}
+	// The block table of a wave has at most one entry per ElemsPerBlock
+	// output elements plus one per op: reserve the first part per wave.
+	e.metaRes = align((e.layout.Bytes()/int64(e.layout.Dtype.Size()))/ptx.ElemsPerBlock*4 + 4096)
+	if e.metaRes >= e.lim.slab/2 {
+		return errorf("new", ErrBudget, "", "a batch of %d x %v needs %d staging bytes per wave for its block table: raise Config.HostBufferBytes", e.cfg.BatchSize, shape, e.metaRes)
+	}
+	e.lim.slab -= e.metaRes
+	for _, b := range e.bufs {
+		var err error
+		if b.plan, err = ptx.NewPlan(e.layout); err != nil {
+			return newError("new", ErrInvalid, "", err)
+		}
+	}
+	bytes := e.layout.Bytes()
+	total := e.committed + int64(e.cfg.BatchSlots)*bytes
+	if e.cfg.MaxGPUMemoryBytes > 0 && total > e.cfg.MaxGPUMemoryBytes {
+		return errorf("new", ErrBudget, "", "%d batch slots of %d bytes plus %d bytes of wave buffers and scratch need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it to at least %d, or lower HostBufferBytes (%d; two thirds of it are mirrored on the GPU), DeviceBufferBytes (%d) or BatchSlots", e.cfg.BatchSlots, bytes, e.committed, total, e.cfg.MaxGPUMemoryBytes, total, e.cfg.HostBufferBytes, e.cfg.DeviceBufferBytes)
+	}
+	slots := make([]*slot, e.cfg.BatchSlots)
+	err := e.ex.Do(func() error {
+		for i := range slots {
+			p, err := cuda.MemAlloc(int(bytes))
+			if err != nil {
+				return err
+			}
+			e.slotMem = append(e.slotMem, p)
+			ready, err := cuda.NewEvent(cuda.EventDisableTiming)
+			if err != nil {
+				return err
+			}
+			s := &slot{index: i, shape: append([]int64{int64(e.cfg.BatchSize)}, toInt64s(shape)...), dtype: e.cfg.Dtype,
+				dev: uintptr(p), dev0: e.ordinal, ready: uintptr(e.asmS), readyEvent: ready, gpu: e}
+			slots[i] = s
+		}
+		return nil
+	})
+	if err != nil {
+		return cudaError("new", err)
+	}
+	e.committed = total
+	e.stats.update(func(s *Stats) { s.GPUBytesCommitted = total })
+	e.pool = newSlotPool(slots)
+	return nil
+}
+
+func (e *cudaEngine) slotsInUse() int64 {
+	if e.pool == nil {
+		return 0
+	}
+	return e.pool.inUse.Load()
+}
