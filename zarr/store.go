@@ -28,6 +28,18 @@ type Store interface {
 	Size(key string) (int64, error)
 }
 
+// TailReader is an optional capability of a Store: reading the end of an
+// object and learning its size in one request, as object stores can with
+// a suffix range. ReadShardIndex uses it for shards whose index is at the
+// end.
+type TailReader interface {
+	// ReadTail fills p with the last len(p) bytes of the object key and
+	// returns the object's size. When the object is shorter than p, it
+	// returns the size and leaves p's content unspecified. An absent
+	// object is an error wrapping fs.ErrNotExist.
+	ReadTail(key string, p []byte) (size int64, err error)
+}
+
 // ValidateKey reports whether key is a clean store key: a non-empty,
 // slash-separated relative path without empty, "." or ".." segments,
 // without a leading or trailing slash, and without backslashes or NUL
