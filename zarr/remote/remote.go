@@ -161,6 +161,7 @@ type Opener struct {
 	stores map[string]*Store // by root ("s3://bucket", "https://host:port")
 	s3     *s3Clients
 	gcs    *gcsAuth
+	idle   []*http.Transport // transports of our own besides client's, closed with it
 
 	requests, retries atomic.Int64
 }
@@ -187,11 +188,15 @@ func NewOpener(opts Options) (*Opener, error) {
 // transparent decompression.
 func newHTTPClient(concurrency int) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tuneTransport(tr, concurrency)
+	return &http.Client{Transport: tr}
+}
+
+func tuneTransport(tr *http.Transport, concurrency int) {
 	tr.MaxIdleConns = 0 // no limit over all hosts
 	tr.MaxIdleConnsPerHost = concurrency
 	tr.DisableCompression = true
 	tr.ForceAttemptHTTP2 = false
-	return &http.Client{Transport: tr}
 }
 
 // Close aborts the requests of calls without a context (ReadAt, Size,
@@ -201,6 +206,11 @@ func (o *Opener) Close() error {
 	o.cancel()
 	if o.own {
 		o.client.CloseIdleConnections()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, tr := range o.idle {
+		tr.CloseIdleConnections()
 	}
 	return nil
 }

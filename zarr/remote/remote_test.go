@@ -107,17 +107,17 @@ func TestHTTPReads(t *testing.T) {
 			if path != "d" {
 				t.Fatalf("path %q, want d", path)
 			}
-			checkReads(t, st, data)
+			checkReads(t, st, "", data)
 		})
 	}
 }
 
-// checkReads exercises a store holding testObjects' data.
-func checkReads(t *testing.T, st *remote.Store, data map[string][]byte) {
+// checkReads exercises a store holding testObjects' data below prefix.
+func checkReads(t *testing.T, st *remote.Store, prefix string, data map[string][]byte) {
 	t.Helper()
 	a := data["d/a"]
 	for k, v := range data {
-		n, err := st.Size(k)
+		n, err := st.Size(prefix+k)
 		if err != nil || n != int64(len(v)) {
 			t.Errorf("Size(%s) = %d, %v; want %d", k, n, err, len(v))
 		}
@@ -126,49 +126,49 @@ func checkReads(t *testing.T, st *remote.Store, data map[string][]byte) {
 	for range 20 {
 		off := rng.Int64N(int64(len(a)))
 		p := make([]byte, rng.Int64N(int64(len(a))-off)+1)
-		n, err := st.ReadAt("d/a", p, off)
+		n, err := st.ReadAt(prefix+"d/a", p, off)
 		if err != nil || n != len(p) || !bytes.Equal(p, a[off:off+int64(n)]) {
 			t.Fatalf("ReadAt(d/a, %d bytes, %d) = %d, %v (equal %v)", len(p), off, n, err, bytes.Equal(p[:n], a[off:off+int64(n)]))
 		}
 	}
 	// Past the end: what is there, then io.EOF.
 	p := make([]byte, 20)
-	if n, err := st.ReadAt("d/small", p, 5); n != 5 || err != io.EOF || string(p[:5]) != "56789" {
+	if n, err := st.ReadAt(prefix+"d/small", p, 5); n != 5 || err != io.EOF || string(p[:5]) != "56789" {
 		t.Errorf("ReadAt(d/small, 20, 5) = %d, %v, %q; want 5, EOF, 56789", n, err, p[:n])
 	}
-	if n, err := st.ReadAt("d/small", p, 10); n != 0 || err != io.EOF {
+	if n, err := st.ReadAt(prefix+"d/small", p, 10); n != 0 || err != io.EOF {
 		t.Errorf("ReadAt(d/small, 20, 10) = %d, %v; want 0, EOF", n, err)
 	}
-	if n, err := st.ReadAt("d/x y", p[:6], 0); n != 6 || err != nil || string(p[:6]) != "spaced" {
+	if n, err := st.ReadAt(prefix+"d/x y", p[:6], 0); n != 6 || err != nil || string(p[:6]) != "spaced" {
 		t.Errorf("ReadAt(d/x y) = %d, %v, %q", n, err, p[:n])
 	}
 	// Absent objects.
-	if _, err := st.ReadAt("d/missing", p, 0); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := st.ReadAt(prefix+"d/missing", p, 0); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadAt(d/missing) = %v, want fs.ErrNotExist", err)
 	}
-	if _, err := st.Size("d/missing"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := st.Size(prefix+"d/missing"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Size(d/missing) = %v, want fs.ErrNotExist", err)
 	}
-	if _, err := st.ReadTail("d/missing", p); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := st.ReadTail(prefix+"d/missing", p); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadTail(d/missing) = %v, want fs.ErrNotExist", err)
 	}
 	// Tails.
 	tail := make([]byte, 1000)
-	if n, err := st.ReadTail("d/a", tail); err != nil || n != int64(len(a)) || !bytes.Equal(tail, a[len(a)-1000:]) {
+	if n, err := st.ReadTail(prefix+"d/a", tail); err != nil || n != int64(len(a)) || !bytes.Equal(tail, a[len(a)-1000:]) {
 		t.Errorf("ReadTail(d/a, 1000) = %d, %v", n, err)
 	}
-	if n, err := st.ReadTail("d/small", tail); err != nil || n != 10 {
+	if n, err := st.ReadTail(prefix+"d/small", tail); err != nil || n != 10 {
 		t.Errorf("ReadTail(d/small, 1000) = %d, %v; want 10, nil (shorter than the tail)", n, err)
 	}
-	if n, err := st.ReadTail("d/small", tail[:4]); err != nil || n != 10 || string(tail[:4]) != "6789" {
+	if n, err := st.ReadTail(prefix+"d/small", tail[:4]); err != nil || n != 10 || string(tail[:4]) != "6789" {
 		t.Errorf("ReadTail(d/small, 4) = %d, %v, %q", n, err, tail[:4])
 	}
-	if n, err := st.ReadTail("d/empty", tail[:4]); err != nil || n != 0 {
+	if n, err := st.ReadTail(prefix+"d/empty", tail[:4]); err != nil || n != 0 {
 		t.Errorf("ReadTail(d/empty, 4) = %d, %v; want 0, nil", n, err)
 	}
 	// Ranges with gaps, in one request.
 	rs := []remote.Range{{Off: 10, Buf: make([]byte, 100)}, {Off: 500, Buf: make([]byte, 0)}, {Off: 5000, Buf: make([]byte, 3000)}, {Off: 8000, Buf: make([]byte, 1)}}
-	if err := st.ReadRanges(context.Background(), "d/a", rs); err != nil {
+	if err := st.ReadRanges(context.Background(), prefix+"d/a", rs); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rs {
@@ -176,7 +176,7 @@ func checkReads(t *testing.T, st *remote.Store, data map[string][]byte) {
 			t.Errorf("ReadRanges: range at %d differs", r.Off)
 		}
 	}
-	err := st.ReadRanges(context.Background(), "d/small", []remote.Range{{Off: 2, Buf: make([]byte, 3)}, {Off: 8, Buf: make([]byte, 5)}})
+	err := st.ReadRanges(context.Background(), prefix+"d/small", []remote.Range{{Off: 2, Buf: make([]byte, 3)}, {Off: 8, Buf: make([]byte, 5)}})
 	var re *remote.Error
 	if !errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &re) {
 		t.Errorf("ReadRanges past the end = %v, want io.ErrUnexpectedEOF, not an *Error", err)

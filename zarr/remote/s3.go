@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -56,7 +57,14 @@ func (o *Opener) s3Endpoint() string {
 // profiles) and makes the client.
 func (o *Opener) s3Setup(ctx context.Context) (*s3Clients, error) {
 	opts := o.opts.S3
-	load := []func(*config.LoadOptions) error{config.WithHTTPClient(o.client)}
+	// The SDK adds a CA bundle (AWS_CA_BUNDLE, ca_bundle in the profile)
+	// to a client it can build; ours is then made from what it built. A
+	// caller's own client is used as it is.
+	var hc config.HTTPClient = o.client
+	if o.own {
+		hc = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) { tuneTransport(tr, o.opts.Concurrency) })
+	}
+	load := []func(*config.LoadOptions) error{config.WithHTTPClient(hc)}
 	if opts.Region != "" {
 		load = append(load, config.WithRegion(opts.Region))
 	}
@@ -70,6 +78,13 @@ func (o *Opener) s3Setup(ctx context.Context) (*s3Clients, error) {
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
+	}
+	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok && o.own {
+		// Redirects are not followed: S3's carry a signature for another
+		// host, and a 301 says the bucket's region.
+		tr := bc.GetTransport()
+		cfg.HTTPClient = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		o.idle = append(o.idle, tr)
 	}
 	c := &s3Clients{}
 	anonymous := opts.Anonymous || envFlag("DAMACY_S3_ANONYMOUS")
