@@ -117,7 +117,7 @@ func checkReads(t *testing.T, st *remote.Store, prefix string, data map[string][
 	t.Helper()
 	a := data["d/a"]
 	for k, v := range data {
-		n, err := st.Size(prefix+k)
+		n, err := st.Size(prefix + k)
 		if err != nil || n != int64(len(v)) {
 			t.Errorf("Size(%s) = %d, %v; want %d", k, n, err, len(v))
 		}
@@ -146,7 +146,7 @@ func checkReads(t *testing.T, st *remote.Store, prefix string, data map[string][
 	if _, err := st.ReadAt(prefix+"d/missing", p, 0); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadAt(d/missing) = %v, want fs.ErrNotExist", err)
 	}
-	if _, err := st.Size(prefix+"d/missing"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := st.Size(prefix + "d/missing"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Size(d/missing) = %v, want fs.ErrNotExist", err)
 	}
 	if _, err := st.ReadTail(prefix+"d/missing", p); !errors.Is(err, fs.ErrNotExist) {
