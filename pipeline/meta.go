@@ -11,6 +11,7 @@ import (
 
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // lru is a fixed-capacity least-recently-used cache whose misses are
@@ -82,6 +83,7 @@ type source struct {
 	uri   string // the sample's URI (and level, for NGFF groups)
 	arr   *zarr.Array
 	dir   *zarr.DirStore // the local directory behind arr, for pread through the fd cache
+	obj   *remote.Store  // the object store behind arr, read with ranged GETs (remote.go)
 	dtype ptx.Dtype
 	fill  uint32 // fill value as float32 bits, as the kernels take it
 
@@ -108,6 +110,9 @@ type metaCache struct {
 	sizes   *lru[string, int64]
 	stats   *statsSink
 	maxElem int
+
+	stores     *remote.Opener // resolves sample URIs (remote.go)
+	remoteSeen remoteCounters
 }
 
 func newMetaCache(cfg Config, stats *statsSink) *metaCache {
@@ -117,6 +122,7 @@ func newMetaCache(cfg Config, stats *statsSink) *metaCache {
 		sizes:   newLRU[string, int64](cfg.ShardIndexCache),
 		stats:   stats,
 		maxElem: cfg.MaxBytesPerElement,
+		stores:  newStores(cfg),
 	}
 }
 
@@ -135,7 +141,11 @@ func (m *metaCache) open(uri string, level int) (*source, error) {
 }
 
 func (m *metaCache) load(uri string, level int) (*source, error) {
-	kind, err := zarr.Inspect(uri)
+	st, path, err := m.openURI(uri)
+	if err != nil {
+		return nil, openError(uri, err)
+	}
+	kind, err := zarr.InspectStore(st, path)
 	if err != nil {
 		return nil, openError(uri, err)
 	}
@@ -145,10 +155,10 @@ func (m *metaCache) load(uri string, level int) (*source, error) {
 		if level != 0 {
 			return nil, errorf("open", ErrInvalid, uri, "level %d asked of an array (levels are for OME-NGFF groups)", level)
 		}
-		arr, err = zarr.Open(uri)
+		arr, err = zarr.OpenStore(st, path)
 	default:
 		var ms *zarr.Multiscale
-		ms, err = zarr.OpenNGFF(uri)
+		ms, err = zarr.OpenNGFFStore(st, path)
 		if err == nil {
 			if level >= len(ms.Levels()) {
 				return nil, errorf("open", ErrInvalid, uri, "level %d of an image with %d levels", level, len(ms.Levels()))
@@ -169,6 +179,7 @@ func (m *metaCache) load(uri string, level int) (*source, error) {
 	}
 	src := &source{uri: uri, arr: arr, dtype: pdt}
 	src.dir, _ = arr.Store().(*zarr.DirStore)
+	src.obj, _ = arr.Store().(*remote.Store)
 	fill := arr.FillValue()
 	src.fill = ptx.Float32Bits(pdt, leUint(fill))
 	return src, nil
@@ -186,7 +197,7 @@ func openError(uri string, err error) error {
 		if errors.As(err, &me) {
 			kind = ErrInvalid
 		}
-	case errors.Is(err, fs.ErrPermission):
+	case errors.Is(err, fs.ErrPermission), errors.As(err, new(*remote.Error)):
 		kind = ErrStorage
 	}
 	return newError("open", kind, uri, err)

@@ -118,6 +118,12 @@ type GCSOptions struct {
 	Anonymous bool
 }
 
+// Validate reports the first field of o that NewOpener would refuse.
+func (o Options) Validate() error {
+	_, err := o.withDefaults()
+	return err
+}
+
 func (o Options) withDefaults() (Options, error) {
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency

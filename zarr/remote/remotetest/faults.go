@@ -38,7 +38,7 @@ func (k FaultKind) String() string {
 	return "FaultKind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// Fault is a rule: requests whose path ends with Path (and whose method
+// Fault is a rule: requests whose path contains Path (and whose method
 // is Method, when set) get Kind, the next Times of them (0: all).
 type Fault struct {
 	Kind   FaultKind
@@ -120,7 +120,7 @@ func (s *FaultServer) pick(r *http.Request) FaultKind {
 	defer s.mu.Unlock()
 	s.requests = append(s.requests, strings.TrimSpace(r.Method+" "+r.URL.Path+" "+r.Header.Get("Range")))
 	for _, f := range s.faults {
-		if !strings.HasSuffix(r.URL.Path, f.Path) || (f.Method != "" && f.Method != r.Method) {
+		if !strings.Contains(r.URL.Path, f.Path) || (f.Method != "" && f.Method != r.Method) {
 			continue
 		}
 		if f.Times < 0 {
