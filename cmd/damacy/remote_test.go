@@ -27,6 +27,13 @@ func TestRemoteURIs(t *testing.T) {
 		t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
 		t.Setenv("AWS_REGION", "us-east-1")
 		bases["s3"] = "s3://cli/stores"
+		// gen writes to s3:// through a temporary directory.
+		mustRun(t, append(append([]string(nil), smallGen...), "smoke", "s3://cli/gen")...)
+		out, _ := mustRun(t, "inspect", "--json", "s3://cli/gen/a002")
+		var r inspectResult
+		if err := json.Unmarshal([]byte(out), &r); err != nil || r.NGFF == nil || r.NGFF.Storage.Objects == 0 {
+			t.Errorf("inspect of a generated image on s3://: %v\n%s", err, out)
+		}
 	} else {
 		t.Log("s3:// not tried: no MinIO binary (make minio)")
 	}
