@@ -40,6 +40,16 @@ type TailReader interface {
 	ReadTail(key string, p []byte) (size int64, err error)
 }
 
+// ObjectReader is an optional capability of a Store: reading a whole
+// object in one request, as object stores can with a plain GET. ReadAll
+// uses it for metadata documents.
+type ObjectReader interface {
+	// ReadObject returns the whole object key. An object larger than
+	// limit bytes is an error wrapping ErrTooLarge; an absent one an
+	// error wrapping fs.ErrNotExist.
+	ReadObject(key string, limit int64) ([]byte, error)
+}
+
 // ValidateKey reports whether key is a clean store key: a non-empty,
 // slash-separated relative path without empty, "." or ".." segments,
 // without a leading or trailing slash, and without backslashes or NUL
@@ -248,6 +258,9 @@ const maxMetadataBytes = 64 << 20
 
 // readAllMax is ReadAll with a size limit.
 func readAllMax(s Store, key string, limit int64) ([]byte, error) {
+	if r, ok := s.(ObjectReader); ok {
+		return r.ReadObject(key, limit)
+	}
 	n, err := s.Size(key)
 	if err != nil {
 		return nil, err

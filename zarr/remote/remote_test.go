@@ -152,6 +152,19 @@ func checkReads(t *testing.T, st *remote.Store, prefix string, data map[string][
 	if _, err := st.ReadTail(prefix+"d/missing", p); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadTail(d/missing) = %v, want fs.ErrNotExist", err)
 	}
+	// Whole objects.
+	if b, err := st.ReadObject(prefix+"d/a", 1<<20); err != nil || !bytes.Equal(b, a) {
+		t.Errorf("ReadObject(d/a) = %d bytes, %v", len(b), err)
+	}
+	if b, err := st.ReadObject(prefix+"d/empty", 10); err != nil || len(b) != 0 {
+		t.Errorf("ReadObject(d/empty) = %d bytes, %v", len(b), err)
+	}
+	if _, err := st.ReadObject(prefix+"d/a", 1000); !errors.Is(err, zarr.ErrTooLarge) {
+		t.Errorf("ReadObject(d/a, limit 1000) = %v, want zarr.ErrTooLarge", err)
+	}
+	if _, err := st.ReadObject(prefix+"d/missing", 10); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadObject(d/missing) = %v, want fs.ErrNotExist", err)
+	}
 	// Tails.
 	tail := make([]byte, 1000)
 	if n, err := st.ReadTail(prefix+"d/a", tail); err != nil || n != int64(len(a)) || !bytes.Equal(tail, a[len(a)-1000:]) {
@@ -186,6 +199,7 @@ func checkReads(t *testing.T, st *remote.Store, prefix string, data map[string][
 func TestStoreImplementsZarr(t *testing.T) {
 	var _ zarr.Store = (*remote.Store)(nil)
 	var _ zarr.TailReader = (*remote.Store)(nil)
+	var _ zarr.ObjectReader = (*remote.Store)(nil)
 }
 
 func TestOpenURIs(t *testing.T) {

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/damacy-go/damacy/zarr"
 )
 
 // backend issues single requests of one scheme; Store retries them,
@@ -220,6 +222,36 @@ func (s *Store) sizeByGet(ctx context.Context, key string) (int64, error) {
 		return false, fmt.Errorf("cannot tell the object's size from a %d response", r.status)
 	})
 	return size, err
+}
+
+// ReadObject implements zarr.ObjectReader: one GET of the whole object
+// (retried as ReadRanges says). An object larger than limit is an error
+// wrapping zarr.ErrTooLarge.
+func (s *Store) ReadObject(key string, limit int64) ([]byte, error) {
+	var b []byte
+	err := s.do(s.o.ctx, http.MethodGet, key, func() string { return "" }, func(r *response) (bool, error) {
+		if r.status != http.StatusOK {
+			return false, fmt.Errorf("unexpected status %d", r.status)
+		}
+		if r.length > limit {
+			return false, fmt.Errorf("object of %d bytes exceeds the limit of %d: %w", r.length, limit, zarr.ErrTooLarge)
+		}
+		var err error
+		b, err = io.ReadAll(io.LimitReader(r.body, limit+1))
+		switch {
+		case err != nil:
+			return true, err
+		case int64(len(b)) > limit:
+			return false, fmt.Errorf("object exceeds the limit of %d bytes: %w", limit, zarr.ErrTooLarge)
+		case r.length >= 0 && int64(len(b)) != r.length:
+			return true, io.ErrUnexpectedEOF
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // ReadTail implements zarr.TailReader: one suffix-range GET (bytes=-N),
