@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -155,6 +156,9 @@ func checkReads(t *testing.T, st *remote.Store, prefix string, data map[string][
 	// Whole objects.
 	if b, err := st.ReadObject(prefix+"d/a", 1<<20); err != nil || !bytes.Equal(b, a) {
 		t.Errorf("ReadObject(d/a) = %d bytes, %v", len(b), err)
+	}
+	if b, err := st.ReadObject(prefix+"d/small", math.MaxInt64); err != nil || !bytes.Equal(b, data["d/small"]) {
+		t.Errorf("ReadObject(d/small, no limit) = %q, %v", b, err)
 	}
 	if b, err := st.ReadObject(prefix+"d/empty", 10); err != nil || len(b) != 0 {
 		t.Errorf("ReadObject(d/empty) = %d bytes, %v", len(b), err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -237,7 +238,7 @@ func (s *Store) ReadObject(key string, limit int64) ([]byte, error) {
 			return false, fmt.Errorf("object of %d bytes exceeds the limit of %d: %w", r.length, limit, zarr.ErrTooLarge)
 		}
 		var err error
-		b, err = io.ReadAll(io.LimitReader(r.body, limit+1))
+		b, err = io.ReadAll(io.LimitReader(r.body, min(limit, math.MaxInt64-1)+1)) // one byte past the limit tells it was exceeded
 		switch {
 		case err != nil:
 			return true, err
