@@ -7,11 +7,15 @@ PKGS      := ./...
 # nvCOMP wheel fetched by `make nvcomp-fetch` for the GPU host (pinned).
 NVCOMP_VERSION ?= 6.0.0.12
 NVCOMP_WHEEL   := nvidia-libnvcomp-cu13==$(NVCOMP_VERSION)
+# MinIO for the s3:// tests (zarr/remote/remotetest.MinIOVersion must be
+# the same): built from its Go module into .cache/minio/ by `make minio`.
+MINIO_VERSION ?= v0.0.0-20260212201848-7aac2a2c5b7c
+MINIO_DIR     := $(CURDIR)/.cache/minio
 # Python used by the cross-check tests; .ci/run creates .venv.
 DAMACY_PYTHON ?= $(if $(wildcard $(CURDIR)/.venv/bin/python),$(CURDIR)/.venv/bin/python,)
 export DAMACY_PYTHON
 
-.PHONY: all build test lint nocgo demo ptx gpu-bins nvcomp-fetch bench clean
+.PHONY: all build test lint nocgo demo ptx gpu-bins nvcomp-fetch minio bench clean
 
 all: build
 
@@ -72,6 +76,17 @@ nvcomp-fetch:
 	   if "/lib64/libnvcomp.so." in n]'
 	@rm -rf .gpu/wheel
 	@ls -l .gpu/nvcomp
+
+# Build the pinned MinIO for the s3:// tests (a few minutes); a no-op when
+# .cache/minio/ already holds it.
+minio:
+	@if [ "$$(cat $(MINIO_DIR)/VERSION 2>/dev/null)" = "$(MINIO_VERSION)" ] && [ -x $(MINIO_DIR)/minio ]; then \
+	  echo "minio $(MINIO_VERSION) in $(MINIO_DIR)"; \
+	else \
+	  mkdir -p $(MINIO_DIR) && rm -f $(MINIO_DIR)/VERSION && \
+	  GOBIN=$(MINIO_DIR) CGO_ENABLED=0 $(GO) install -ldflags='-s -w' github.com/minio/minio@$(MINIO_VERSION) && \
+	  echo "$(MINIO_VERSION)" >$(MINIO_DIR)/VERSION; \
+	fi
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // Dtype is the element type of the output tensors.
@@ -58,6 +60,7 @@ const (
 	DefaultCUDAHostBufferBytes   = 3 << 29 // 1.5 GiB
 	DefaultCUDADeviceBufferBytes = 1 << 30
 	DefaultLookaheadBatches      = 2
+	DefaultIOConcurrency         = 64
 	DefaultBatchSlots            = 2
 	DefaultZarrMetaCache         = 64
 	DefaultShardIndexCache       = 4096
@@ -97,6 +100,15 @@ type Config struct {
 	// IOThreads is the number of concurrent readers. Default: the number
 	// of CPUs, at least 4 and at most 64.
 	IOThreads int
+	// IOConcurrency is the number of object-store requests (s3://, gs://,
+	// http(s)://) in flight, over all of the pipeline's sources.
+	// Default 64.
+	IOConcurrency int
+	// Remote says how object stores are reached: endpoints, credentials,
+	// retries, deadlines, an HTTP client (package zarr/remote documents
+	// each field and the environment variables behind its defaults). Its
+	// Concurrency is IOConcurrency's.
+	Remote remote.Options
 	// ComputeThreads is the number of CPU decode and parse workers.
 	// Default: GOMAXPROCS.
 	ComputeThreads int
@@ -175,6 +187,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.IOThreads < 1 || c.IOThreads > 1024 {
 		return bad("IOThreads", c.IOThreads, "in 1..1024")
+	}
+	if c.IOConcurrency == 0 {
+		c.IOConcurrency = DefaultIOConcurrency
+	}
+	if c.IOConcurrency < 1 || c.IOConcurrency > 4096 {
+		return bad("IOConcurrency", c.IOConcurrency, "in 1..4096")
+	}
+	c.Remote.Concurrency = c.IOConcurrency
+	if err := c.Remote.Validate(); err != nil {
+		return Config{}, newError("new", ErrInvalid, "", fmt.Errorf("Config.Remote: %w", err))
 	}
 	if c.ComputeThreads == 0 {
 		c.ComputeThreads = runtime.GOMAXPROCS(0)

@@ -74,6 +74,7 @@ func (s *stages) close() {
 	s.cpu.Stop()
 	s.closeDecoders()
 	s.fds.closeAll()
+	s.meta.stores.Close()
 }
 
 func (s *stages) headStage() stage { return stage(s.head.Load()) }
@@ -121,6 +122,9 @@ func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wa
 
 // read runs a wave's read ops into slab.
 func (s *stages) read(ctx context.Context, w *wave, slab []byte) error {
+	if hasRemote(w.reads) {
+		return s.readRemote(ctx, w, slab)
+	}
 	t := time.Now()
 	var n int64
 	for _, r := range w.reads {

@@ -10,6 +10,7 @@ import (
 	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // source is an opened array (or NGFF level) with what the engines need to
@@ -19,6 +20,7 @@ type source struct {
 	uri   string // the sample's URI (and level, for NGFF groups)
 	arr   *zarr.Array
 	dir   *zarr.DirStore // the local directory behind arr, for pread through the fd cache
+	obj   *remote.Store  // the object store behind arr, read with ranged GETs (remote.go)
 	dtype ptx.Dtype
 	fill  uint32         // fill value as float32 bits, as the kernels take it
 	loc   *cache.Locator // plans through the metadata cache's LRUs
@@ -46,6 +48,9 @@ type metaCache struct {
 	sizes   *cache.LRU[string, int64]
 	stats   *statsSink
 	maxElem int
+
+	stores     *remote.Opener // resolves sample URIs (remote.go)
+	remoteSeen remoteCounters
 }
 
 func newMetaCache(cfg Config, stats *statsSink) *metaCache {
@@ -55,6 +60,7 @@ func newMetaCache(cfg Config, stats *statsSink) *metaCache {
 		sizes:   cache.NewLRU[string, int64](cfg.ShardIndexCache, nil),
 		stats:   stats,
 		maxElem: cfg.MaxBytesPerElement,
+		stores:  newStores(cfg),
 	}
 }
 
@@ -73,7 +79,11 @@ func (m *metaCache) open(uri string, level int) (*source, error) {
 }
 
 func (m *metaCache) load(uri string, level int) (*source, error) {
-	kind, err := zarr.Inspect(uri)
+	st, path, err := m.openURI(uri)
+	if err != nil {
+		return nil, openError(uri, err)
+	}
+	kind, err := zarr.InspectStore(st, path)
 	if err != nil {
 		return nil, openError(uri, err)
 	}
@@ -83,10 +93,10 @@ func (m *metaCache) load(uri string, level int) (*source, error) {
 		if level != 0 {
 			return nil, errorf("open", ErrInvalid, uri, "level %d asked of an array (levels are for OME-NGFF groups)", level)
 		}
-		arr, err = zarr.Open(uri)
+		arr, err = zarr.OpenStore(st, path)
 	default:
 		var ms *zarr.Multiscale
-		ms, err = zarr.OpenNGFF(uri)
+		ms, err = zarr.OpenNGFFStore(st, path)
 		if err == nil {
 			if level >= len(ms.Levels()) {
 				return nil, errorf("open", ErrInvalid, uri, "level %d of an image with %d levels", level, len(ms.Levels()))
@@ -108,6 +118,7 @@ func (m *metaCache) load(uri string, level int) (*source, error) {
 	src := &source{uri: uri, arr: arr, dtype: pdt, fill: plan.FillBits(pdt, arr.FillValue())}
 	src.dir, _ = arr.Store().(*zarr.DirStore)
 	src.loc = &cache.Locator{Store: arr.Store(), ID: uri, Sizes: m.sizes, Indexes: m.indexes, IndexLookup: m.countIndex}
+	src.obj, _ = arr.Store().(*remote.Store)
 	return src, nil
 }
 
@@ -134,7 +145,7 @@ func openError(uri string, err error) error {
 		if errors.As(err, &me) {
 			kind = ErrInvalid
 		}
-	case errors.Is(err, fs.ErrPermission):
+	case errors.Is(err, fs.ErrPermission), errors.As(err, new(*remote.Error)):
 		kind = ErrStorage
 	}
 	return newError("open", kind, uri, err)

@@ -56,6 +56,8 @@ type Stats struct {
 	ChunksDeduped   int64 // chunk uses served by a chunk already decoded in the same wave
 	ReadOps         int64 // reads issued after coalescing
 	BytesRead       int64 // bytes read from storage
+	RemoteRequests  int64 // object-store requests (GET, HEAD), retries included
+	RemoteRetries   int64 // of which retries of a failed attempt
 	BoxBytes        int64 // bytes of the boxes in source dtype (read amplification = BytesRead/BoxBytes)
 	OutputBytes     int64 // bytes of output tensors delivered
 	SlotsInUse      int64 // gauge: batch slots held by the consumer or being filled

@@ -229,7 +229,28 @@ func (s *Sharding) ParseIndex(shard Extent, b []byte) (*ShardIndex, error) {
 // ReadShardIndex reads and parses the index of the shard stored at shard.
 // When shard.Length is -1 the whole object is the shard, and an absent
 // object gives (nil, nil): every chunk of a missing shard is fill.
+//
+// A store that implements TailReader reads the index at the end of a
+// whole-object shard with one ReadTail, learning the shard's size with it,
+// when the index is at most maxMetadataBytes (the buffer is allocated
+// before the object's size is known; a larger index is checked against
+// the size first).
 func ReadShardIndex(st Store, s *Sharding, shard Extent) (*ShardIndex, error) {
+	if tr, ok := st.(TailReader); ok && shard.Length < 0 && !s.indexAtStart && s.indexBytes <= maxMetadataBytes {
+		b := make([]byte, s.indexBytes)
+		n, err := tr.ReadTail(shard.Key, b)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		shard.Offset, shard.Length = 0, n
+		if _, err := s.IndexOffset(shard); err != nil {
+			return nil, err
+		}
+		return s.ParseIndex(shard, b)
+	}
 	if shard.Length < 0 {
 		n, err := st.Size(shard.Key)
 		if errors.Is(err, fs.ErrNotExist) {

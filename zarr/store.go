@@ -28,6 +28,28 @@ type Store interface {
 	Size(key string) (int64, error)
 }
 
+// TailReader is an optional capability of a Store: reading the end of an
+// object and learning its size in one request, as object stores can with
+// a suffix range. ReadShardIndex uses it for shards whose index is at the
+// end.
+type TailReader interface {
+	// ReadTail fills p with the last len(p) bytes of the object key and
+	// returns the object's size. When the object is shorter than p, it
+	// returns the size and leaves p's content unspecified. An absent
+	// object is an error wrapping fs.ErrNotExist.
+	ReadTail(key string, p []byte) (size int64, err error)
+}
+
+// ObjectReader is an optional capability of a Store: reading a whole
+// object in one request, as object stores can with a plain GET. ReadAll
+// uses it for metadata documents.
+type ObjectReader interface {
+	// ReadObject returns the whole object key. An object larger than
+	// limit bytes is an error wrapping ErrTooLarge; an absent one an
+	// error wrapping fs.ErrNotExist.
+	ReadObject(key string, limit int64) ([]byte, error)
+}
+
 // ValidateKey reports whether key is a clean store key: a non-empty,
 // slash-separated relative path without empty, "." or ".." segments,
 // without a leading or trailing slash, and without backslashes or NUL
@@ -236,6 +258,9 @@ const maxMetadataBytes = 64 << 20
 
 // readAllMax is ReadAll with a size limit.
 func readAllMax(s Store, key string, limit int64) ([]byte, error) {
+	if r, ok := s.(ObjectReader); ok {
+		return r.ReadObject(key, limit)
+	}
 	n, err := s.Size(key)
 	if err != nil {
 		return nil, err

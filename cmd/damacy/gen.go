@@ -6,14 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/bench"
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 var cmdGen = &command{
 	name:  "gen",
-	usage: "gen [flags] SCENARIO.json DIR",
+	usage: "gen [flags] SCENARIO.json DIR|s3://BUCKET/PATH",
 	short: "write a scenario's synthetic dataset",
 	long: `Gen writes the dataset of a scenario (a file, or a built-in name: see
 'damacy help bench') into DIR: one OME-NGFF 0.5 image per array, named
@@ -29,8 +32,13 @@ refuses one that holds a different one.
 A status line is drawn on stderr when it is a terminal; a summary is always
 printed.
 
+DIR may also be an s3:// URI (credentials and endpoint as for reading:
+see 'damacy help read'): the dataset is written to a temporary local
+directory, then uploaded, one PUT per file; the local copy is removed.
+
 Examples:
   damacy gen smoke /data/smoke
+  damacy gen smoke s3://bucket/datasets/smoke
   damacy gen --arrays 2 --shape 256,512,512 --codec blosc-lz4 throughput /data/t`,
 	setup: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		o := new(datasetFlags)
@@ -45,6 +53,9 @@ Examples:
 			}
 			if err := o.apply(&sc.Dataset); err != nil {
 				return err
+			}
+			if remote.IsURI(args[1]) {
+				return genRemote(ctx, e, &sc.Dataset, args[1])
 			}
 			return bench.EnsureDataset(ctx, e.bench(), &sc.Dataset, args[1])
 		}
@@ -165,4 +176,31 @@ func (f *shardFlag) Set(s string) error {
 		return nil
 	}
 	return f.shape.Set(s)
+}
+
+// genRemote writes the dataset into a temporary directory and uploads it
+// to the s3:// URI dst.
+func genRemote(ctx context.Context, e *env, d *bench.DatasetSpec, dst string) error {
+	if !strings.HasPrefix(strings.ToLower(dst), "s3://") {
+		return usagef("gen writes to a local directory or an s3:// URI, not %s", dst)
+	}
+	tmp, err := os.MkdirTemp("", "damacy-gen-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := bench.EnsureDataset(ctx, e.bench(), d, tmp); err != nil {
+		return err
+	}
+	o, err := remote.NewOpener(remote.Options{})
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	t := time.Now()
+	if err := o.Upload(ctx, tmp, dst); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "damacy: uploaded to %s in %.1f s\n", dst, time.Since(t).Seconds())
+	return nil
 }

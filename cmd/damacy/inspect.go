@@ -37,9 +37,12 @@ compression ratio of the stored chunks: their decoded size over their stored
 size, as the shard indexes give them. Missing chunks and shards read as the
 fill value and count in neither.
 
+` + uriHelp + `
+
 Examples:
   damacy inspect /data/image.ome.zarr
-  damacy inspect --json /data/image.ome.zarr/0`,
+  damacy inspect --json /data/image.ome.zarr/0
+  damacy inspect https://example.org/data/image.ome.zarr`,
 	setup: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		asJSON := fs.Bool("json", false, "write JSON instead of text")
 		return func(ctx context.Context, e *env, args []string) error {
@@ -128,14 +131,19 @@ func (s *storageInfo) add(o storageInfo) {
 
 // inspectPath describes the array or OME-NGFF image at path.
 func inspectPath(ctx context.Context, path string) (*inspectResult, error) {
-	kind, err := zarr.Inspect(path)
+	st, p, done, err := openURI(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	kind, err := zarr.InspectStore(st, p)
 	if err != nil {
 		return nil, err
 	}
 	r := &inspectResult{Path: path, Node: kind.String()}
 	switch kind {
 	case zarr.NodeArray:
-		a, err := zarr.Open(path)
+		a, err := zarr.OpenStore(st, p)
 		if err != nil {
 			return nil, err
 		}
@@ -143,7 +151,7 @@ func inspectPath(ctx context.Context, path string) (*inspectResult, error) {
 			return nil, err
 		}
 	case zarr.NodeMultiscale:
-		m, err := zarr.OpenNGFF(path)
+		m, err := zarr.OpenNGFFStore(st, p)
 		if err != nil {
 			return nil, err
 		}

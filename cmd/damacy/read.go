@@ -30,9 +30,12 @@ bits in a uint16 array (NumPy has no bfloat16: view the bits with
 torch.from_numpy(a).view(torch.bfloat16), or as float32 with
 (a.astype(np.uint32) << 16).view(np.float32)).
 
+` + uriHelp + `
+
 Examples:
   damacy read /data/image.ome.zarr --box 0:64,0:256,0:256 -o crop.npy
-  damacy read /data/a.zarr --box -8:8,100:228 --dtype bf16 -o crop.npy`,
+  damacy read /data/a.zarr --box -8:8,100:228 --dtype bf16 -o crop.npy
+  damacy read s3://bucket/images/a.ome.zarr --box 0:64,0:256,0:256 -o crop.npy`,
 	setup: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		var box boxFlag
 		fs.Var(&box, "box", "the box: START:STOP per axis, comma-separated")
@@ -65,7 +68,7 @@ Examples:
 				if set {
 					return usagef("--engine applies to --dtype f32 and bf16 only")
 				}
-				return readNative(e, r)
+				return readNative(ctx, e, r)
 			case "f32", "float32", "bf16", "bfloat16":
 				dt, _ := pipeline.ParseDtype(*dtype)
 				return readPipeline(ctx, e, r, dt)
@@ -115,9 +118,23 @@ type readRequest struct {
 	out    string
 }
 
-// openLevel opens path as an array, or level k of an OME-NGFF image.
-func openLevel(path string, k int) (*zarr.Array, error) {
-	kind, err := zarr.Inspect(path)
+// openLevel opens path (or URI) as an array, or level k of an OME-NGFF
+// image; done releases the store's connections.
+func openLevel(ctx context.Context, path string, k int) (a *zarr.Array, done func(), err error) {
+	st, p, done, err := openURI(ctx, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err = openLevelStore(st, p, path, k)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return a, done, nil
+}
+
+func openLevelStore(st zarr.Store, p, path string, k int) (*zarr.Array, error) {
+	kind, err := zarr.InspectStore(st, p)
 	if err != nil {
 		return nil, err
 	}
@@ -126,9 +143,9 @@ func openLevel(path string, k int) (*zarr.Array, error) {
 		if k != 0 {
 			return nil, fmt.Errorf("%s is an array, not an OME-NGFF image: --level %d does not apply", path, k)
 		}
-		return zarr.Open(path)
+		return zarr.OpenStore(st, p)
 	case zarr.NodeMultiscale:
-		m, err := zarr.OpenNGFF(path)
+		m, err := zarr.OpenNGFFStore(st, p)
 		if err != nil {
 			return nil, err
 		}
@@ -147,11 +164,12 @@ func checkRank(a *zarr.Array, r readRequest) error {
 	return nil
 }
 
-func readNative(e *env, r readRequest) error {
-	a, err := openLevel(r.path, r.level)
+func readNative(ctx context.Context, e *env, r readRequest) error {
+	a, done, err := openLevel(ctx, r.path, r.level)
 	if err != nil {
 		return err
 	}
+	defer done()
 	if err := checkRank(a, r); err != nil {
 		return err
 	}
@@ -172,10 +190,11 @@ func readNative(e *env, r readRequest) error {
 
 // readPipeline reads the box through a pipeline with a batch of one.
 func readPipeline(ctx context.Context, e *env, r readRequest, dt pipeline.Dtype) error {
-	a, err := openLevel(r.path, r.level)
+	a, done, err := openLevel(ctx, r.path, r.level)
 	if err != nil {
 		return err
 	}
+	done() // the pipeline opens the path again, with its own connections
 	if err := checkRank(a, r); err != nil {
 		return err
 	}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/damacy-go/damacy/zarr/remote/remotetest"
+)
+
+// TestRemoteURIs runs inspect and read on the test stores through
+// http:// and s3:// (MinIO, when there is one) and requires the output of
+// the local paths.
+func TestRemoteURIs(t *testing.T) {
+	dir := t.TempDir()
+	makeStores(t, dir)
+	srv := remotetest.NewFaultServer(t, dir, false)
+	bases := map[string]string{"http": srv.URL}
+	if _, skip, err := remotetest.MinIOBinary(); err == nil && skip == "" && !testing.Short() {
+		m := remotetest.StartMinIO(t)
+		m.CreateBucket(t, "cli")
+		m.Upload(t, dir, "s3://cli/stores")
+		t.Setenv("DAMACY_S3_ENDPOINT", m.Endpoint)
+		t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
+		t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+		t.Setenv("AWS_REGION", "us-east-1")
+		bases["s3"] = "s3://cli/stores"
+		// gen writes to s3:// through a temporary directory.
+		mustRun(t, append(append([]string(nil), smallGen...), "smoke", "s3://cli/gen")...)
+		out, _ := mustRun(t, "inspect", "--json", "s3://cli/gen/a002")
+		var r inspectResult
+		if err := json.Unmarshal([]byte(out), &r); err != nil || r.NGFF == nil || r.NGFF.Storage.Objects == 0 {
+			t.Errorf("inspect of a generated image on s3://: %v\n%s", err, out)
+		}
+	} else {
+		t.Log("s3:// not tried: no MinIO binary (make minio)")
+	}
+	for scheme, base := range bases {
+		t.Run(scheme, func(t *testing.T) {
+			for _, name := range []string{"image.ome.zarr", "plain.zarr", "v2.zarr"} {
+				local, _ := mustRun(t, "inspect", "--json", filepath.Join(dir, name))
+				remote, _ := mustRun(t, "inspect", "--json", base+"/"+name)
+				var lr, rr inspectResult
+				if err := json.Unmarshal([]byte(local), &lr); err != nil {
+					t.Fatal(err)
+				}
+				if err := json.Unmarshal([]byte(remote), &rr); err != nil {
+					t.Fatal(err)
+				}
+				lr.Path, rr.Path = "", ""
+				lj, _ := json.Marshal(lr)
+				rj, _ := json.Marshal(rr)
+				if !bytes.Equal(lj, rj) {
+					t.Errorf("inspect %s/%s:\n%s\nlocal:\n%s", base, name, rj, lj)
+				}
+			}
+			for _, c := range readCases(dir) {
+				mustRun(t, c.args()...)
+				_, _, want := parseNPY(t, c.NPY)
+				rel, _ := filepath.Rel(dir, c.path)
+				c.path = base + "/" + filepath.ToSlash(rel)
+				c.NPY = strings.TrimSuffix(c.NPY, ".npy") + "-" + scheme + ".npy"
+				mustRun(t, c.args()...)
+				_, _, got := parseNPY(t, c.NPY)
+				if !bytes.Equal(got, want) {
+					t.Errorf("read %s: %s differs from the local read", c.Name, c.path)
+				}
+			}
+		})
+	}
+	code, _, errs := runCmd(t, "inspect", srv.URL+"/nothing.zarr")
+	if code != exitError || !strings.Contains(errs, "not found") {
+		t.Errorf("inspect of a missing URI: exit %d, %s", code, errs)
+	}
+}

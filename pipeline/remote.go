@@ -1,0 +1,196 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/remote"
+)
+
+// Object stores (s3://, gs://, http(s)://) are read through zarr/remote:
+// the metadata cache opens every sample URI through one remote.Opener per
+// pipeline (local paths come back as zarr.DirStores and keep the pread
+// path), and the IO stage reads a wave's ops on remote sources as ranged
+// GETs, up to Config.IOConcurrency in flight, straight into the staging
+// slab.
+
+// Coalescing of object-store reads. The wave's read ops (already merged
+// per object with the local gap and size caps, gaps staged) of one object
+// are merged further into one GET while the gap between two is at most
+// remoteGapBytes and the GET spans at most remoteSpanBytes. A GET costs a
+// round trip (tens of milliseconds on S3), while 256 KiB of gap stream
+// past in a few milliseconds and are discarded, never staged. The span cap
+// keeps a wave's bytes spread over many requests in flight: one S3 stream
+// gives 50-100 MB/s, so throughput comes from concurrency.
+const (
+	remoteGapBytes  = 256 << 10
+	remoteSpanBytes = 8 << 20
+)
+
+// newStores returns the pipeline's opener of sample URIs.
+func newStores(cfg Config) *remote.Opener {
+	o, err := remote.NewOpener(cfg.Remote)
+	if err != nil {
+		// Config.withDefaults has validated cfg.Remote.
+		panic(err)
+	}
+	return o
+}
+
+// openURI resolves a sample URI to its store and node path.
+func (m *metaCache) openURI(uri string) (zarr.Store, string, error) {
+	return m.stores.Open(context.Background(), uri)
+}
+
+// remoteReq is one ranged GET: neighbouring read ops of one object.
+type remoteReq struct {
+	src    *source
+	key    string
+	ranges []remote.Range
+	bytes  int64 // bytes the GET transfers, gaps included
+}
+
+// hasRemote reports whether any read op is on an object store.
+func hasRemote(reads []readOp) bool {
+	for i := range reads {
+		if reads[i].src.obj != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// groupRemote merges the remote read ops into GETs (in wave order, which
+// is by source, key and offset) and lists the local ones.
+func groupRemote(reads []readOp, slab []byte) (reqs []remoteReq, local []int) {
+	for i := range reads {
+		r := &reads[i]
+		if r.src.obj == nil {
+			local = append(local, i)
+			continue
+		}
+		rg := remote.Range{Off: r.offset, Buf: slab[r.slabOff : r.slabOff+r.length]}
+		if n := len(reqs); n > 0 {
+			q := &reqs[n-1]
+			last := q.ranges[len(q.ranges)-1]
+			end := last.Off + int64(len(last.Buf))
+			if q.src == r.src && q.key == r.key && r.offset >= end && r.offset-end <= remoteGapBytes &&
+				r.offset+r.length-q.ranges[0].Off <= remoteSpanBytes {
+				q.ranges = append(q.ranges, rg)
+				q.bytes = r.offset + r.length - q.ranges[0].Off
+				continue
+			}
+		}
+		reqs = append(reqs, remoteReq{src: r.src, key: r.key, ranges: []remote.Range{rg}, bytes: r.length})
+	}
+	return reqs, local
+}
+
+// readRemote runs a wave that has ops on object stores: their GETs up to
+// Config.IOConcurrency at once, the local ops on the IO workers alongside.
+// The first failure cancels the rest.
+func (s *stages) readRemote(ctx context.Context, w *wave, slab []byte) error {
+	t := time.Now()
+	reqs, local := groupRemote(w.reads, slab)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	var first error
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+			cancel()
+		}
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	var n, transferred int64
+	for _, i := range local {
+		n += w.reads[i].length
+	}
+	transferred = n
+	if len(local) > 0 {
+		wg.Go(func() {
+			err := s.io.Run(ctx, len(local), func(i int) error {
+				r := &w.reads[local[i]]
+				return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
+			}, nil)
+			if err != nil {
+				fail(err)
+			}
+		})
+	}
+	lanes := make(chan int, s.cfg.IOConcurrency)
+	for i := range s.cfg.IOConcurrency {
+		lanes <- i
+	}
+issue:
+	for i := range reqs {
+		q := &reqs[i]
+		for _, rg := range q.ranges {
+			n += int64(len(rg.Buf))
+		}
+		transferred += q.bytes
+		var lane int
+		select {
+		case lane = <-lanes:
+		case <-ctx.Done():
+			break issue
+		}
+		wg.Go(func() {
+			defer func() { lanes <- lane }()
+			t0 := time.Now()
+			err := q.src.obj.ReadRanges(ctx, q.key, q.ranges)
+			s.trace.span(Span{Stage: "read", Lane: fmt.Sprintf("remote %d", lane), Batch: w.batch.req.id, Wave: w.index, Start: t0, End: time.Now(), Bytes: q.bytes})
+			if err != nil {
+				fail(remoteReadError(q, err))
+			}
+		})
+	}
+	wg.Wait()
+	err := first
+	if err == nil {
+		err = ctx.Err() // only the caller's context can have ended it
+	}
+	rs := s.meta.stores.Stats()
+	s.stats.update(func(st *Stats) {
+		st.IO.add(time.Since(t), transferred, n)
+		st.ReadOps += int64(len(local) + len(reqs))
+		st.BytesRead += transferred
+		s.meta.remoteSeen.sync(st, rs)
+	})
+	return err
+}
+
+// remoteReadError maps a failed GET onto the pipeline's kinds: an object
+// shorter than its shard index says is a truncated shard (ErrDecode), as
+// for local files; anything else, a 403 or a 404 included, is ErrStorage,
+// naming the sample's URI (and the error the object's).
+func remoteReadError(q *remoteReq, err error) error {
+	var re *remote.Error
+	if !errors.As(err, &re) && errors.Is(err, io.ErrUnexpectedEOF) {
+		return errorf("read", ErrDecode, q.src.uri, "%s: truncated: %w", q.key, err)
+	}
+	return newError("read", ErrStorage, q.src.uri, fmt.Errorf("%s: %w", q.key, err))
+}
+
+// remoteCounters folds the opener's request counters into Stats: it keeps
+// what was already added, so each sync adds the difference.
+type remoteCounters struct {
+	mu   sync.Mutex
+	seen remote.Stats
+}
+
+func (c *remoteCounters) sync(st *Stats, now remote.Stats) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.RemoteRequests += max(now.Requests-c.seen.Requests, 0)
+	st.RemoteRetries += max(now.Retries-c.seen.Retries, 0)
+	c.seen = now
+}

@@ -1,0 +1,89 @@
+package remote
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"golang.org/x/oauth2"
+)
+
+// httpBackend reads objects with plain HTTP requests: http(s):// stores,
+// and gs:// stores through GCS's XML API (with an OAuth2 token source
+// unless anonymous).
+type httpBackend struct {
+	client *http.Client
+	base   *url.URL // scheme, host, user info and query of every request; the path is the prefix
+	name   string   // the root's URI, for messages
+	tokens oauth2.TokenSource
+}
+
+// newHTTPBackend returns a backend for the objects below base, named name
+// in messages (the base URL without its query and password when empty).
+func newHTTPBackend(client *http.Client, base *url.URL, name string, tokens oauth2.TokenSource) *httpBackend {
+	if name == "" {
+		u := *base
+		u.RawQuery = ""
+		name = u.Redacted()
+	}
+	return &httpBackend{client: client, base: base, name: strings.TrimSuffix(name, "/"), tokens: tokens}
+}
+
+func (b *httpBackend) uri(key string) string { return b.name + "/" + key }
+
+// objectURL returns the URL of key: the base's path, then the key with
+// each segment escaped.
+func (b *httpBackend) objectURL(key string) string {
+	u := *b.base
+	segs := strings.Split(key, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	u.RawPath = strings.TrimSuffix(b.base.EscapedPath(), "/") + "/" + strings.Join(segs, "/")
+	u.Path, _ = url.PathUnescape(u.RawPath)
+	return u.String()
+}
+
+func (b *httpBackend) do(ctx context.Context, method, key, rng string) (*response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, b.objectURL(key), nil)
+	if err != nil {
+		return nil, err
+	}
+	if rng != "" {
+		req.Header.Set("Range", rng)
+	}
+	if b.tokens != nil {
+		tok, err := b.tokens.Token()
+		if err != nil {
+			return nil, err
+		}
+		tok.SetAuthHeader(req)
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	r := &response{status: resp.StatusCode, header: resp.Header, length: resp.ContentLength, body: resp.Body}
+	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusRequestedRangeNotSatisfiable {
+		// The error document, if any: S3 and GCS send XML with a Code and a
+		// Message. Read a little of it, so the connection can be reused.
+		doc, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		r.code, r.msg = xmlField(doc, "Code"), xmlField(doc, "Message")
+	}
+	return r, nil
+}
+
+var xmlFields = map[string]*regexp.Regexp{
+	"Code":    regexp.MustCompile(`<Code>([^<]{1,200})</Code>`),
+	"Message": regexp.MustCompile(`<Message>([^<]{1,500})</Message>`),
+}
+
+func xmlField(doc []byte, name string) string {
+	if m := xmlFields[name].FindSubmatch(doc); m != nil {
+		return string(m[1])
+	}
+	return ""
+}

@@ -1,0 +1,289 @@
+// Package remotetest runs servers for tests of object stores: MinIO, built
+// from its pinned Go module, and an HTTP file server with Range support
+// that injects faults.
+package remotetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/damacy-go/damacy/zarr/remote"
+)
+
+// MinIOVersion is the version of github.com/minio/minio the tests run
+// (the last commit of the module when it was pinned). The Makefile's
+// MINIO_VERSION must be the same.
+const MinIOVersion = "v0.0.0-20260212201848-7aac2a2c5b7c"
+
+// Environment variables that steer MinIOBinary.
+const (
+	// EnvMinIO names a MinIO binary to use instead of the cached one.
+	EnvMinIO = "DAMACY_MINIO"
+	// EnvRequireMinIO, set to 1, makes a missing binary get built (with
+	// go install, a few minutes) rather than the tests skipped: CI sets it.
+	EnvRequireMinIO = "DAMACY_REQUIRE_MINIO"
+)
+
+// minioBinary finds the MinIO binary once per test process.
+var minioBinary = sync.OnceValue(func() minioFound {
+	path, skip, err := findMinIO()
+	return minioFound{path, skip, err}
+})
+
+type minioFound struct {
+	path, skip string
+	err        error
+}
+
+// MinIOBinary returns the MinIO binary: $DAMACY_MINIO, else
+// .cache/minio/minio at the module's root when its stamp names
+// MinIOVersion, else (with DAMACY_REQUIRE_MINIO=1) one built there now.
+// skip is non-empty, and says why, when there is none and none is to be
+// built.
+func MinIOBinary() (path, skip string, err error) {
+	f := minioBinary()
+	return f.path, f.skip, f.err
+}
+
+func findMinIO() (string, string, error) {
+	if p := os.Getenv(EnvMinIO); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", "", fmt.Errorf("remotetest: %s=%s: %w", EnvMinIO, p, err)
+		}
+		return p, "", nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", "", err
+	}
+	dir := filepath.Join(root, ".cache", "minio")
+	bin, stamp := filepath.Join(dir, "minio"), filepath.Join(dir, "VERSION")
+	current := func() bool {
+		v, err := os.ReadFile(stamp)
+		_, berr := os.Stat(bin)
+		return err == nil && berr == nil && strings.TrimSpace(string(v)) == MinIOVersion
+	}
+	if current() {
+		return bin, "", nil
+	}
+	if os.Getenv(EnvRequireMinIO) != "1" {
+		return "", fmt.Sprintf("no MinIO %s at %s: run `make minio` (a few minutes), or set %s to a binary, or %s=1 to build it here", MinIOVersion, bin, EnvMinIO, EnvRequireMinIO), nil
+	}
+	// Build it, once across the test processes that want it.
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return "", "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return "", "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", "", err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if current() {
+		return bin, "", nil
+	}
+	cmd := exec.Command("go", "install", "-ldflags=-s -w", "github.com/minio/minio@"+MinIOVersion)
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("remotetest: building MinIO %s: %v\n%s", MinIOVersion, err, out)
+	}
+	if err := os.WriteFile(stamp, []byte(MinIOVersion+"\n"), 0o666); err != nil {
+		return "", "", err
+	}
+	return bin, "", nil
+}
+
+// moduleRoot is the directory of the go.mod above the working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("remotetest: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// MinIO is a MinIO server of a test, on a loopback port with a data
+// directory of its own.
+type MinIO struct {
+	Endpoint  string // http://127.0.0.1:PORT
+	AccessKey string
+	SecretKey string
+
+	client *s3.Client
+	opener *remote.Opener
+}
+
+// StartMinIO starts a MinIO server for the test and stops it at the end;
+// it skips the test when there is no binary (see MinIOBinary).
+func StartMinIO(t testing.TB) *MinIO {
+	t.Helper()
+	bin, skip, err := MinIOBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if skip != "" {
+		t.Skip(skip)
+	}
+	m := &MinIO{AccessKey: "damacytest", SecretKey: "damacytest-secret"}
+	var lastErr error
+	for range 3 { // a port taken between probing and binding: try others
+		if lastErr = m.start(t, bin); lastErr == nil {
+			break
+		}
+	}
+	if lastErr != nil {
+		t.Fatal(lastErr)
+	}
+	m.client = s3.New(s3.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(m.Endpoint),
+		UsePathStyle: true,
+		Credentials:  credentials.NewStaticCredentialsProvider(m.AccessKey, m.SecretKey, ""),
+	})
+	m.opener, err = remote.NewOpener(m.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.opener.Close() })
+	return m
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (m *MinIO) start(t testing.TB, bin string) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	cport, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	data, home := t.TempDir(), t.TempDir()
+	cmd := exec.Command(bin, "server", "--quiet", "--address", addr, "--console-address", fmt.Sprintf("127.0.0.1:%d", cport), data)
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + home,
+		"MINIO_ROOT_USER=" + m.AccessKey, "MINIO_ROOT_PASSWORD=" + m.SecretKey,
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1",
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("remotetest: starting MinIO: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	}
+	m.Endpoint = "http://" + addr
+	// Ready when /minio/health/live answers 200 (MinIO offers no other
+	// signal; poll it).
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := client.Get(m.Endpoint + "/minio/health/live")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			stop()
+			return fmt.Errorf("remotetest: MinIO exited at start (%v):\n%s", err, out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return fmt.Errorf("remotetest: MinIO not live after 90 s:\n%s", out.String())
+		}
+	}
+	client.CloseIdleConnections()
+	t.Cleanup(stop)
+	return nil
+}
+
+// Options returns Opener options that reach the server with its root
+// credentials.
+func (m *MinIO) Options() remote.Options {
+	return remote.Options{S3: remote.S3Options{Endpoint: m.Endpoint, AccessKeyID: m.AccessKey, SecretAccessKey: m.SecretKey, Region: "us-east-1"}}
+}
+
+// CreateBucket makes a bucket.
+func (m *MinIO) CreateBucket(t testing.TB, bucket string) {
+	t.Helper()
+	if _, err := m.client.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatalf("create bucket %s: %v", bucket, err)
+	}
+}
+
+// MakePublic lets anonymous clients read the bucket's objects (not list
+// them).
+func (m *MinIO) MakePublic(t testing.TB, bucket string) {
+	t.Helper()
+	policy := fmt.Sprintf(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":["*"]},"Action":["s3:GetObject"],"Resource":["arn:aws:s3:::%s/*"]}]}`, bucket)
+	if _, err := m.client.PutBucketPolicy(context.Background(), &s3.PutBucketPolicyInput{Bucket: &bucket, Policy: &policy}); err != nil {
+		t.Fatalf("bucket policy %s: %v", bucket, err)
+	}
+}
+
+// Upload copies the files below dir to the s3:// URI dst.
+func (m *MinIO) Upload(t testing.TB, dir, dst string) {
+	t.Helper()
+	if err := m.opener.Upload(context.Background(), dir, dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Delete removes an object.
+func (m *MinIO) Delete(t testing.TB, bucket, key string) {
+	t.Helper()
+	if _, err := m.client.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: &bucket, Key: &key}); err != nil {
+		t.Fatalf("delete %s/%s: %v", bucket, key, err)
+	}
+}

@@ -1,0 +1,694 @@
+package remote
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/damacy-go/damacy/zarr"
+)
+
+// backend issues single requests of one scheme; Store retries them,
+// bounds their concurrency and checks their responses.
+type backend interface {
+	// do sends one request, method GET or HEAD, for the object key; rng is
+	// the Range header's value, or "". It returns the response whatever
+	// its status (with the service's error code for a failure, when the
+	// scheme has one), or a transport error when none came.
+	do(ctx context.Context, method, key, rng string) (*response, error)
+	// uri returns the URI of the object key, for messages.
+	uri(key string) string
+}
+
+// response is what a backend got back.
+type response struct {
+	status int
+	header http.Header
+	length int64         // Content-Length; -1 when unknown
+	body   io.ReadCloser // never nil
+	code   string        // the service's error code ("SlowDown", "AccessDenied"), if any
+	msg    string        // the service's error message, if any
+	hint   string        // why the request failed, as far as the client knows (unsigned requests)
+}
+
+// errClosed is the cause of requests made after Opener.Close.
+var errClosed = errors.New("opener closed")
+
+// Error is a request that failed: the method, the object's URI, the HTTP
+// status (0 when no response came), the service's error code, the number
+// of attempts made, and the cause. A 404 matches fs.ErrNotExist, a 401 or
+// 403 fs.ErrPermission.
+type Error struct {
+	Method   string
+	URI      string
+	Status   int
+	Code     string
+	Attempts int
+	Err      error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "remote: %s %s: ", e.Method, e.URI)
+	if e.Status != 0 {
+		fmt.Fprintf(&b, "%d %s", e.Status, http.StatusText(e.Status))
+		if e.Code != "" {
+			fmt.Fprintf(&b, " (%s)", e.Code)
+		}
+	}
+	if e.Err != nil {
+		if e.Status != 0 {
+			b.WriteString(": ")
+		}
+		b.WriteString(e.Err.Error())
+	}
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " (after %d attempts)", e.Attempts)
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches fs.ErrNotExist for a 404 and fs.ErrPermission for a 401 or
+// 403.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case fs.ErrNotExist:
+		return e.Status == http.StatusNotFound
+	case fs.ErrPermission:
+		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+	}
+	return false
+}
+
+// Store is an object store bucket, or a web server, behind the zarr.Store
+// interface: keys are object paths below its root. Make one with
+// Opener.Open. It is safe for concurrent use.
+//
+// ReadAt, Size and ReadTail run under the Opener's lifetime (Close aborts
+// them); ReadRanges takes a context.
+type Store struct {
+	o  *Opener
+	be backend
+	// noSuffix is set once the server has refused or ignored a suffix
+	// range: tails are then read with a HEAD and an absolute range.
+	noSuffix atomic.Bool
+}
+
+// URI returns the URI of the object key.
+func (s *Store) URI(key string) string { return s.be.uri(key) }
+
+// Range is one destination of ReadRanges: len(Buf) bytes of the object
+// from byte Off.
+type Range struct {
+	Off int64
+	Buf []byte
+}
+
+// ReadRanges fills the ranges of the object key with one GET of the span
+// from the first range's start to the last one's end, discarding the bytes
+// between them as they stream past, so a caller can coalesce neighbouring
+// chunks into one request at no cost in memory. The ranges must be sorted
+// by Off and must not overlap. A failure partway is retried for the bytes
+// still missing. When the object ends before the last range does, the
+// error wraps io.ErrUnexpectedEOF and is not an *Error; an absent object
+// is an *Error matching fs.ErrNotExist.
+func (s *Store) ReadRanges(ctx context.Context, key string, ranges []Range) error {
+	if len(ranges) == 0 {
+		return nil
+	}
+	for i, r := range ranges {
+		if r.Off < 0 || (i > 0 && r.Off < ranges[i-1].Off+int64(len(ranges[i-1].Buf))) {
+			return fmt.Errorf("remote: read %s: ranges not sorted, or overlapping, at %d", s.URI(key), i)
+		}
+	}
+	k := newSink(ranges)
+	if k.pos == k.end {
+		return nil
+	}
+	err := s.get(ctx, key, k)
+	var short *shortObject
+	if errors.As(err, &short) {
+		return fmt.Errorf("remote: GET %s: the object's %d bytes end before byte %d: %w", s.URI(key), short.size, k.end, io.ErrUnexpectedEOF)
+	}
+	return err
+}
+
+// ReadAt implements zarr.Store: one ranged GET (retried as ReadRanges
+// says). When the object ends before off+len(p), it returns the bytes
+// there and io.EOF.
+func (s *Store) ReadAt(key string, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("remote: read %s: negative offset %d", s.URI(key), off)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	k := newSink([]Range{{Off: off, Buf: p}})
+	err := s.get(s.o.ctx, key, k)
+	var short *shortObject
+	if errors.As(err, &short) {
+		return int(max(0, min(short.size, k.end)-off)), io.EOF
+	}
+	if err != nil {
+		return int(k.pos - off), err
+	}
+	return len(p), nil
+}
+
+// Size implements zarr.Store with a HEAD request (a GET of the first byte
+// when the server refuses HEAD).
+func (s *Store) Size(key string) (int64, error) {
+	return s.size(s.o.ctx, key)
+}
+
+func (s *Store) size(ctx context.Context, key string) (int64, error) {
+	var size int64 = -1
+	err := s.do(ctx, http.MethodHead, key, func() string { return "" }, func(r *response) (bool, error) {
+		if r.status == http.StatusOK && r.length >= 0 {
+			size = r.length
+			return false, nil
+		}
+		return false, errNoLength
+	})
+	var e *Error
+	if errors.Is(err, errNoLength) || errors.As(err, &e) && (e.Status == http.StatusMethodNotAllowed || e.Status == http.StatusNotImplemented) {
+		return s.sizeByGet(ctx, key)
+	}
+	return size, err
+}
+
+var errNoLength = errors.New("no Content-Length")
+
+// sizeByGet learns an object's size from a GET of its first byte: the
+// total of a 206's Content-Range, the length of a 200, or 0 for a 416.
+func (s *Store) sizeByGet(ctx context.Context, key string) (int64, error) {
+	var size int64 = -1
+	err := s.do(ctx, http.MethodGet, key, func() string { return "bytes=0-0" }, func(r *response) (bool, error) {
+		switch r.status {
+		case http.StatusPartialContent:
+			if cr, ok := parseContentRange(r.header.Get("Content-Range")); ok && cr.total >= 0 {
+				size = cr.total
+				return false, nil
+			}
+		case http.StatusOK:
+			if r.length >= 0 {
+				size = r.length
+				return false, nil
+			}
+			n, err := io.Copy(io.Discard, r.body)
+			if err != nil {
+				return true, err
+			}
+			size = n
+			return false, nil
+		case http.StatusRequestedRangeNotSatisfiable:
+			size = 0
+			return false, nil
+		}
+		return false, fmt.Errorf("cannot tell the object's size from a %d response", r.status)
+	})
+	return size, err
+}
+
+// ReadObject implements zarr.ObjectReader: one GET of the whole object
+// (retried as ReadRanges says). An object larger than limit is an error
+// wrapping zarr.ErrTooLarge.
+func (s *Store) ReadObject(key string, limit int64) ([]byte, error) {
+	var b []byte
+	err := s.do(s.o.ctx, http.MethodGet, key, func() string { return "" }, func(r *response) (bool, error) {
+		if r.status != http.StatusOK {
+			return false, fmt.Errorf("unexpected status %d", r.status)
+		}
+		if r.length > limit {
+			return false, fmt.Errorf("object of %d bytes exceeds the limit of %d: %w", r.length, limit, zarr.ErrTooLarge)
+		}
+		var err error
+		b, err = io.ReadAll(io.LimitReader(r.body, min(limit, math.MaxInt64-1)+1)) // one byte past the limit tells it was exceeded
+		switch {
+		case err != nil:
+			return true, err
+		case int64(len(b)) > limit:
+			return false, fmt.Errorf("object exceeds the limit of %d bytes: %w", limit, zarr.ErrTooLarge)
+		case r.length >= 0 && int64(len(b)) != r.length:
+			return true, io.ErrUnexpectedEOF
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// ReadTail implements zarr.TailReader: one suffix-range GET (bytes=-N),
+// whose Content-Range also gives the object's size. A server that refuses
+// suffix ranges (416) or ignores them (200 with a large body) is asked
+// with a HEAD and an absolute range instead, from then on.
+func (s *Store) ReadTail(key string, p []byte) (int64, error) {
+	ctx := s.o.ctx
+	n := int64(len(p))
+	if n == 0 {
+		return s.size(ctx, key)
+	}
+	if !s.noSuffix.Load() {
+		size, err := s.readSuffix(ctx, key, p)
+		if !errors.Is(err, errNoSuffix) {
+			return size, err
+		}
+		s.noSuffix.Store(true)
+		if size >= 0 {
+			return size, s.readTailAt(ctx, key, p, size)
+		}
+	}
+	size, err := s.size(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	return size, s.readTailAt(ctx, key, p, size)
+}
+
+// readTailAt reads the last len(p) bytes of an object of size bytes with
+// an absolute range; a shorter object reads nothing.
+func (s *Store) readTailAt(ctx context.Context, key string, p []byte, size int64) error {
+	if size < int64(len(p)) {
+		return nil
+	}
+	err := s.get(ctx, key, newSink([]Range{{Off: size - int64(len(p)), Buf: p}}))
+	var short *shortObject
+	if errors.As(err, &short) {
+		return fmt.Errorf("remote: GET %s: the object shrank from %d to %d bytes while being read", s.URI(key), size, short.size)
+	}
+	return err
+}
+
+// errNoSuffix means the server does not serve suffix ranges; readSuffix
+// returns it with the object's size when the response told it, else -1.
+var errNoSuffix = errors.New("suffix ranges not served")
+
+// suffixBodyLimit is how much of a whole-object answer to a suffix range
+// is read through rather than asked again with an absolute range.
+const suffixBodyLimit = 1 << 20
+
+func (s *Store) readSuffix(ctx context.Context, key string, p []byte) (int64, error) {
+	n := int64(len(p))
+	var size int64 = -1
+	refused := false
+	err := s.do(ctx, http.MethodGet, key, func() string { return "bytes=-" + strconv.FormatInt(n, 10) }, func(r *response) (bool, error) {
+		switch r.status {
+		case http.StatusPartialContent:
+			cr, ok := parseContentRange(r.header.Get("Content-Range"))
+			if ok && cr.total == 0 {
+				size = 0
+				return false, nil
+			}
+			if !ok || cr.total < 0 || cr.last != cr.total-1 || cr.last-cr.first+1 != min(n, cr.total) {
+				return false, fmt.Errorf("a suffix range of %d bytes answered with Content-Range %q", n, r.header.Get("Content-Range"))
+			}
+			size = cr.total
+			if cr.total < n {
+				return false, nil // shorter than its tail: the caller sees size < len(p)
+			}
+			if _, err := io.ReadFull(r.body, p); err != nil {
+				return true, err
+			}
+			return false, nil
+		case http.StatusOK:
+			// The whole object: the server ignored the range.
+			refused = true
+			if r.length >= 0 {
+				size = r.length
+				if r.length > n+suffixBodyLimit {
+					return false, nil // ask again with an absolute range
+				}
+			}
+			b, err := io.ReadAll(io.LimitReader(r.body, n+suffixBodyLimit+1))
+			if err != nil {
+				return true, err
+			}
+			if int64(len(b)) > n+suffixBodyLimit || (r.length >= 0 && int64(len(b)) != r.length) {
+				return true, fmt.Errorf("body of %d bytes, Content-Length %d", len(b), r.length)
+			}
+			refused = false
+			size = int64(len(b))
+			if size >= n {
+				copy(p, b[size-n:])
+			}
+			return false, nil
+		case http.StatusRequestedRangeNotSatisfiable:
+			// Refused; or the object is empty.
+			refused = true
+			if cr, ok := parseContentRange(r.header.Get("Content-Range")); ok && cr.total >= 0 {
+				size = cr.total
+				if size == 0 {
+					refused = false
+				}
+			}
+			return false, nil
+		}
+		return false, fmt.Errorf("unexpected status %d", r.status)
+	})
+	if err == nil && refused {
+		return size, errNoSuffix
+	}
+	return size, err
+}
+
+// shortObject is a read that found the object ending before the range it
+// asked for.
+type shortObject struct{ size int64 }
+
+func (e *shortObject) Error() string { return fmt.Sprintf("object of %d bytes", e.size) }
+
+// get reads the sink's span of the object key, resuming where an attempt
+// stopped.
+func (s *Store) get(ctx context.Context, key string, k *sink) error {
+	return s.do(ctx, http.MethodGet, key, k.rangeHeader, func(r *response) (bool, error) {
+		switch r.status {
+		case http.StatusPartialContent:
+			cr, ok := parseContentRange(r.header.Get("Content-Range"))
+			if ok && cr.total == 0 {
+				return false, &shortObject{size: 0}
+			}
+			if !ok || cr.first != k.pos || cr.last < cr.first {
+				// Never read a range other than the one asked for.
+				return false, fmt.Errorf("asked for %s, got Content-Range %q", k.rangeHeader(), r.header.Get("Content-Range"))
+			}
+			limit := min(k.end, cr.last+1)
+			if err := k.consume(r.body, limit); err != nil {
+				return true, err
+			}
+			if limit < k.end {
+				if cr.total >= 0 && cr.last+1 >= cr.total {
+					return false, &shortObject{size: cr.total}
+				}
+				return true, nil // a shorter range than asked for: ask for the rest
+			}
+			return false, nil
+		case http.StatusOK:
+			// The whole object, from byte 0: the server ignored the range.
+			// Skip to the range; never take the body for it. A body of
+			// unknown length ends where the object does.
+			body := &eofReader{r: r.body}
+			n, err := io.CopyN(io.Discard, body, k.pos)
+			if err != nil {
+				if body.eof {
+					return false, &shortObject{size: n}
+				}
+				return true, err
+			}
+			limit := k.end
+			if r.length >= 0 && r.length < limit {
+				limit = max(r.length, k.pos)
+			}
+			if err := k.consume(body, limit); err != nil {
+				if body.eof && r.length < 0 {
+					return false, &shortObject{size: k.pos}
+				}
+				return true, err
+			}
+			if limit < k.end {
+				return false, &shortObject{size: r.length}
+			}
+			return false, nil
+		case http.StatusRequestedRangeNotSatisfiable:
+			size := k.pos
+			if cr, ok := parseContentRange(r.header.Get("Content-Range")); ok && cr.total >= 0 {
+				size = cr.total
+			}
+			return false, &shortObject{size: size}
+		}
+		return false, fmt.Errorf("unexpected status %d", r.status)
+	})
+}
+
+// eofReader records whether its reader ended cleanly (io.EOF), as a body
+// of unknown length does at the object's end; net/http reports a body
+// shorter than its Content-Length as io.ErrUnexpectedEOF instead.
+type eofReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		e.eof = true
+	}
+	return n, err
+}
+
+// do runs one logical request: attempts until handle is satisfied, a
+// failure is not worth retrying, or Options.Attempts are spent. handle is
+// called with each 2xx or 416 response, consumes it, and reports whether
+// to try again (a body cut short) and the error. Other statuses are
+// retried when the service says it is busy or failing (5xx, 408, 429,
+// SlowDown) and returned as an *Error otherwise.
+func (s *Store) do(ctx context.Context, method, key string, rng func() string, handle func(*response) (again bool, err error)) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		var again bool
+		again, err = s.once(ctx, method, key, rng(), handle)
+		if !again {
+			return annotate(err, attempt)
+		}
+		if attempt >= s.o.opts.Attempts {
+			break
+		}
+		s.o.retries.Add(1)
+		if werr := sleep(ctx, s.o.backoff(attempt)); werr != nil {
+			return &Error{Method: method, URI: s.URI(key), Attempts: attempt, Err: werr}
+		}
+	}
+	if err == nil {
+		err = errors.New("the server kept answering with less than asked for")
+	}
+	return annotate(err, s.o.opts.Attempts)
+}
+
+func annotate(err error, attempts int) error {
+	var e *Error
+	if errors.As(err, &e) && e.Attempts == 0 {
+		e.Attempts = attempts
+	}
+	return err
+}
+
+// backoff returns the wait before retry k (1 for the first): full jitter
+// over an exponentially growing interval.
+func (o *Opener) backoff(k int) time.Duration {
+	d := o.opts.Backoff << min(k-1, 6) // at most backoffCap (64) times the base
+	return rand.N(d) + 1
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// once sends one attempt under the concurrency bound and the per-attempt
+// deadline.
+func (s *Store) once(ctx context.Context, method, key, rng string, handle func(*response) (bool, error)) (again bool, err error) {
+	fail := func(err error) *Error { return &Error{Method: method, URI: s.URI(key), Err: err} }
+	if s.o.ctx.Err() != nil {
+		return false, fail(errClosed)
+	}
+	select {
+	case s.o.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false, fail(ctx.Err())
+	case <-s.o.ctx.Done():
+		return false, fail(errClosed)
+	}
+	defer func() { <-s.o.sem }()
+	actx, cancel := context.WithTimeout(ctx, s.o.opts.Timeout)
+	defer cancel()
+	s.o.requests.Add(1)
+	r, err := s.be.do(actx, method, key, rng)
+	if err != nil {
+		return s.transportFailure(ctx, actx, method, key, err)
+	}
+	defer r.body.Close()
+	if r.status/100 == 2 || r.status == http.StatusRequestedRangeNotSatisfiable {
+		again, err := handle(r)
+		var short *shortObject
+		switch {
+		case err == nil, errors.As(err, &short):
+			return again, err
+		case again:
+			return s.transportFailure(ctx, actx, method, key, err)
+		}
+		return false, &Error{Method: method, URI: s.URI(key), Status: r.status, Err: err}
+	}
+	e := &Error{Method: method, URI: s.URI(key), Status: r.status, Code: r.code}
+	if msg := r.msg; msg != "" || r.hint != "" {
+		if r.hint != "" && (r.status == http.StatusForbidden || r.status == http.StatusUnauthorized) {
+			msg = strings.TrimPrefix(msg+"; "+r.hint, "; ")
+		}
+		e.Err = errors.New(msg)
+	}
+	return retryableStatus(r.status, r.code), e
+}
+
+// retryableStatus reports whether a failed status is worth another
+// attempt: the service is busy, throttling or failing, or the request
+// timed out on its side.
+func retryableStatus(status int, code string) bool {
+	switch code {
+	case "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "Throttling", "ThrottlingException", "RequestLimitExceeded":
+		return true
+	}
+	return status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
+}
+
+// transportFailure classifies an error without a (complete) response:
+// the caller's context ending is final; the attempt's deadline, resets,
+// bodies cut short and other network failures are retried; certificate
+// and name-resolution failures are not.
+func (s *Store) transportFailure(ctx, actx context.Context, method, key string, err error) (bool, error) {
+	e := &Error{Method: method, URI: s.URI(key), Err: err}
+	if ctx.Err() != nil {
+		e.Err = ctx.Err()
+		if s.o.ctx.Err() != nil {
+			e.Err = errClosed
+		}
+		return false, e
+	}
+	if actx.Err() != nil {
+		e.Err = fmt.Errorf("no answer within the deadline of %v: %w", s.o.opts.Timeout, err)
+		return true, e
+	}
+	var cert *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var dns *net.DNSError
+	switch {
+	case errors.As(err, &cert), errors.As(err, &unknown), errors.As(err, &host):
+		return false, e
+	case errors.As(err, &dns) && dns.IsNotFound:
+		return false, e
+	}
+	return true, e
+}
+
+// contentRange is a parsed Content-Range: bytes first-last/total (total
+// -1 for "*"), or bytes */total for a 416 (first and last -1).
+type contentRange struct{ first, last, total int64 }
+
+func parseContentRange(h string) (contentRange, bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(h), "bytes ")
+	if !ok {
+		return contentRange{}, false
+	}
+	span, total, ok := strings.Cut(strings.TrimSpace(rest), "/")
+	if !ok {
+		return contentRange{}, false
+	}
+	cr := contentRange{first: -1, last: -1, total: -1}
+	if total != "*" {
+		n, err := strconv.ParseInt(total, 10, 64)
+		if err != nil || n < 0 {
+			return contentRange{}, false
+		}
+		cr.total = n
+	}
+	if span == "*" || cr.total == 0 {
+		// An empty object has no byte to name (Go's file server writes
+		// "bytes 0--1/0" for it).
+		return cr, cr.total >= 0
+	}
+	a, b, ok := strings.Cut(span, "-")
+	if !ok {
+		return contentRange{}, false
+	}
+	first, err1 := strconv.ParseInt(a, 10, 64)
+	last, err2 := strconv.ParseInt(b, 10, 64)
+	if err1 != nil || err2 != nil || first < 0 || last < first || (cr.total >= 0 && last >= cr.total) {
+		return contentRange{}, false
+	}
+	cr.first, cr.last = first, last
+	return cr, true
+}
+
+// sink is where a GET's bytes go: the ranges of one ReadRanges, filled in
+// order as the body streams, the bytes between them discarded. pos is the
+// next byte of the object expected, so a retry asks for [pos, end).
+type sink struct {
+	ranges []Range
+	i      int   // the first range not yet complete
+	pos    int64 // next object byte to receive
+	end    int64 // one past the last byte wanted
+}
+
+func newSink(ranges []Range) *sink {
+	k := &sink{ranges: ranges, pos: ranges[0].Off}
+	last := ranges[len(ranges)-1]
+	k.end = last.Off + int64(len(last.Buf))
+	k.skipEmpty()
+	return k
+}
+
+func (k *sink) skipEmpty() {
+	for k.i < len(k.ranges) && len(k.ranges[k.i].Buf) == 0 {
+		k.i++
+	}
+}
+
+func (k *sink) rangeHeader() string {
+	return "bytes=" + strconv.FormatInt(k.pos, 10) + "-" + strconv.FormatInt(k.end-1, 10)
+}
+
+// consume reads r, which yields the object's bytes from k.pos on, until
+// k.pos reaches limit (at most k.end) or r fails; a body that ends early
+// is io.ErrUnexpectedEOF.
+func (k *sink) consume(r io.Reader, limit int64) error {
+	for k.pos < limit {
+		rg := &k.ranges[k.i]
+		if k.pos < rg.Off {
+			n, err := io.CopyN(io.Discard, r, min(rg.Off, limit)-k.pos)
+			k.pos += n
+			if err != nil {
+				return unexpected(err)
+			}
+			continue
+		}
+		stop := min(rg.Off+int64(len(rg.Buf)), limit)
+		n, err := io.ReadFull(r, rg.Buf[k.pos-rg.Off:stop-rg.Off])
+		k.pos += int64(n)
+		if k.pos == rg.Off+int64(len(rg.Buf)) {
+			k.i++
+			k.skipEmpty()
+		}
+		if err != nil {
+			return unexpected(err)
+		}
+	}
+	return nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
