@@ -249,6 +249,7 @@ type hostEngine struct {
 	arena  []byte
 	pin    runtime.Pinner // keeps slot memory where DLPack consumers may see it
 	layout ptx.Layout
+	full   *ptx.Plan // the assemble plan of a full batch, made in reserve
 }
 
 func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
@@ -274,6 +275,11 @@ func (h *hostEngine) reserve(shape []int) error {
 	if err := h.layout.Validate(); err != nil {
 		return newError("new", ErrInvalid, "", err)
 	}
+	plan, err := ptx.NewPlan(h.layout)
+	if err != nil {
+		return newError("new", ErrInvalid, "", err)
+	}
+	h.full = plan
 	bytes := h.layout.Bytes()
 	slots := make([]*slot, h.cfg.BatchSlots)
 	for i := range slots {
@@ -367,7 +373,6 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			}
 		}
 	}()
-	plan, _ := ptx.NewPlan(h.layout)
 	for {
 		h.head.Store(int32(stageIO))
 		var w *wave
@@ -390,7 +395,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			bs.slot = s
 		}
 		if bs.failed() == nil {
-			if err := h.compute(ctx, w, plan); err != nil {
+			if err := h.compute(ctx, w, h.full); err != nil {
 				bs.fail(err)
 			}
 		}
