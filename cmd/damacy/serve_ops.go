@@ -85,6 +85,9 @@ func buildVersion() string {
 		return "(unknown)"
 	}
 	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
 	for _, kv := range bi.Settings {
 		if kv.Key == "vcs.revision" && len(kv.Value) >= 12 {
 			v += " " + kv.Value[:12]
