@@ -383,8 +383,8 @@ func (e *cudaEngine) reserve(shape []int) error {
 				return err
 			}
 			e.slotMem = append(e.slotMem, p)
-			// Interprocess, so that Batch.Share can export it; where the
-			// driver has no CUDA IPC (WSL), a plain event.
+			// Interprocess, so that Batch.Share can export it; a plain
+			// event where the driver refuses that (no CUDA IPC).
 			ready, err := cuda.NewEvent(cuda.EventDisableTiming | cuda.EventInterprocess)
 			if err != nil {
 				ready, err = cuda.NewEvent(cuda.EventDisableTiming)
