@@ -221,11 +221,12 @@ func (s *server) shutdown(closeID *int64) error {
 			err = fmt.Errorf("serve: closing the pipeline: %w", err)
 		}
 	}
+	closeErr := err
 	if n := s.logs.close(); n > 0 {
 		err = errors.Join(err, fmt.Errorf("serve: %d log records could not be sent", n))
 	}
 	if closeID != nil {
-		s.reply(*closeID, nil, nil)
+		s.answer(*closeID, "close", nil, closeErr)
 	}
 	return err
 }
