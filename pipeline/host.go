@@ -286,9 +286,17 @@ func (h *hostEngine) reserve(shape []int) error {
 	bytes := l.Bytes()
 	slots := make([]*slot, h.cfg.BatchSlots)
 	for i := range slots {
-		buf := make([]byte, bytes)
+		// Shared memory (a memfd), so that Batch.Share can hand a slot to
+		// another process.
+		buf, fd, err := sharedMem("damacy-batch-slot", bytes)
+		if err != nil {
+			for _, s := range slots[:i] {
+				freeSharedMem(s.host, s.share.fd)
+			}
+			return newError("new", ErrOutOfMemory, "", err)
+		}
 		h.pin.Pin(&buf[0])
-		slots[i] = &slot{index: i, shape: append([]int64{int64(h.cfg.BatchSize)}, toInt64s(shape)...), dtype: h.cfg.Dtype, host: buf}
+		slots[i] = &slot{index: i, shape: append([]int64{int64(h.cfg.BatchSize)}, toInt64s(shape)...), dtype: h.cfg.Dtype, host: buf, share: slotShare{fd: fd}}
 	}
 	h.pool = newSlotPool(slots)
 	h.slabs = make(chan []byte, hostSlabs)
@@ -323,7 +331,12 @@ func (h *hostEngine) slotsInUse() int64 {
 
 func (h *hostEngine) close() error {
 	h.stages.close()
-	h.pin.Unpin()
+	if h.pool == nil {
+		h.pin.Unpin()
+		return nil
+	}
+	// Slots held by the consumer are unmapped when released.
+	h.pool.close(func(s *slot) { freeSharedMem(s.host, s.share.fd) }, h.pin.Unpin)
 	return nil
 }
 
