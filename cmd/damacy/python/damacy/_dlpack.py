@@ -123,26 +123,34 @@ _NAME_V0 = ctypes.create_string_buffer(b"dltensor")
 _NAME_V1 = ctypes.create_string_buffer(b"dltensor_versioned")
 _UNCONSUMED = (b"dltensor", b"dltensor_versioned")
 
-_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object
-_PyCapsule_New.argtypes = (ctypes.c_void_p, ctypes.c_void_p, _CAPSULE_DESTRUCTOR)
-_PyCapsule_GetName = ctypes.pythonapi.PyCapsule_GetName
-_PyCapsule_GetName.restype = ctypes.c_char_p
-_PyCapsule_GetName.argtypes = (ctypes.c_void_p,)
-_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
-_PyCapsule_GetPointer.restype = ctypes.c_void_p
-_PyCapsule_GetPointer.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
+
+
+def _capi(name: str, restype: object, argtypes: Tuple[object, ...]) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    """A private function object for a C API function: ctypes.pythonapi.X
+    is shared with every other user of ctypes, who may change its types."""
+    fn = ctypes.pythonapi[name]
+    fn.restype = restype
+    fn.argtypes = argtypes
+    return fn
+
+
+_PyCapsule_New = _capi("PyCapsule_New", ctypes.py_object, (ctypes.c_void_p, ctypes.c_void_p, _CAPSULE_DESTRUCTOR))
+_PyCapsule_GetName = _capi("PyCapsule_GetName", ctypes.c_char_p, (ctypes.c_void_p,))
+_PyCapsule_GetPointer = _capi("PyCapsule_GetPointer", ctypes.c_void_p, (ctypes.c_void_p, ctypes.c_char_p))
+_PyErr_Occurred = _capi("PyErr_Occurred", ctypes.c_void_p, ())
 
 
 def _take_in_flight() -> Optional[BaseException]:
     """The exception that was in flight when C code called back, taken out
-    so that the callback can run (None when there was none). With one
-    pending, the first call from Python code fails with a SystemError whose
-    cause is that exception."""
+    so that the callback can run (None when there was none). A call through
+    ctypes.pythonapi raises the pending exception when it returns (or a
+    SystemError caused by it); PyErr_Occurred changes nothing else."""
     try:
-        len(())
-    except SystemError as e:
-        return e.__cause__ or e
+        _PyErr_Occurred()
+    except BaseException as e:
+        if isinstance(e, SystemError) and e.__cause__ is not None:
+            return e.__cause__
+        return e
     return None
 
 
