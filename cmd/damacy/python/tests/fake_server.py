@@ -55,6 +55,7 @@ class FakeServer:
         self._memfds: Dict[int, mmap.mmap] = {}
         self._fds: Dict[int, int] = {}
         self._fd_sent: set = set()
+        self.fd_batches: List[int] = []  # batches whose response carried the slot's memfd
         self._next_batch = 0
         self.pushed = 0
         self.delivered = 0
@@ -101,6 +102,12 @@ class FakeServer:
             pass
         finally:
             self._stop()
+            self._popper.join(5)
+            for m in self._memfds.values():
+                m.close()
+            for fd in self._fds.values():
+                os.close(fd)
+            self.sock.close()
 
     def die(self) -> None:
         """End the connection abruptly, as a crashed server would."""
@@ -296,6 +303,7 @@ class FakeServer:
             self._fd_sent.add(slot)
             fds = [self._fds[slot]]
             batch["fds"] = 1
+            self.fd_batches.append(batch_id)
         message: Dict[str, Any] = {"id": pop_id, "ok": True, "batch": batch}
         if fds:
             message["fds"] = 1

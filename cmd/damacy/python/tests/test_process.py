@@ -94,6 +94,7 @@ SCRIPT = textwrap.dedent(
     from support import config
     p = damacy.Pipeline(config())
     print(p.server_info["pid"], flush=True)
+    sys.stdin.readline()  # the test has seen the server
     if sys.argv[1] == "exit":
         os._exit(0)
     time.sleep(60)
@@ -106,18 +107,23 @@ def test_no_orphan_server_when_the_client_dies(fake_binary, tmp_path, how):
     script = tmp_path / "client.py"
     script.write_text(SCRIPT.format(tests=HERE))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    child = subprocess.Popen([sys.executable, str(script), how], stdout=subprocess.PIPE, env=env)
+    child = subprocess.Popen([sys.executable, str(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     try:
         line = child.stdout.readline()
         server = int(line)
         assert not gone(server)
         if how == "sigkill":
             child.kill()
+        else:
+            child.stdin.write(b"go\n")
+            child.stdin.flush()
         child.wait(30)
         wait_until(lambda: gone(server), timeout=10, what=f"server {server} to exit")
     finally:
         child.kill()
         child.wait()
+        child.stdin.close()
+        child.stdout.close()
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -75,6 +75,7 @@ def test_hello_sends_the_config_and_device(fake):
 
 
 def test_batches_in_order_with_descriptors_sent_once(fake):
+    fds_before = len(os.listdir("/proc/self/fd"))
     with damacy.Pipeline(config()) as p:
         p.push(sample(i) for i in range(12))
         got = []
@@ -84,12 +85,14 @@ def test_batches_in_order_with_descriptors_sent_once(fake):
                 assert info.shape == (3, 2, 3, 4) and info.dtype is damacy.Dtype.F32
                 assert info.ready_stream == 0 and info.device_ptr != 0
                 got.append(b.numpy().copy())
-        fds_per_pop = [m.get("fds", 0) for m in [r for r in fake.last.received if r.get("op") == "pop"]]
-        assert fds_per_pop == [0, 0, 0, 0]  # requests carry none
+        assert fake.last.fd_batches == [0, 1]  # one memfd per slot, with its first batch
         for k, arr in enumerate(got):
             want = np.stack([pattern("mem://a", sample(3 * k + j).aabb) for j in range(3)])
             assert_batch(arr, want, bf16=False)
+        wait_until(lambda: len(fake.last.releases) == 4)
         assert [r["batch"] for r in fake.last.releases] == [0, 1, 2, 3]
+    fake.last.join()
+    assert len(os.listdir("/proc/self/fd")) <= fds_before  # sockets, memfds and mappings closed
 
 
 def test_bf16_batches(fake):
