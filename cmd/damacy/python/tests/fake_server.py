@@ -7,7 +7,9 @@ socketpair (FakeServer), or as a process started by the client
 (``python fake_server.py serve --fd N``, through a wrapper script named by
 DAMACY_BINARY).
 
-Special uris: "missing*" fails push with NOTFOUND; "corrupt*" makes its batch
+A hello for a cuda device gets a stand-in CUDA engine for
+tests/stub_cuda.c: the same memfd slots, named by IPC "handles" that the
+stub driver maps. Special uris: "missing*" fails push with NOTFOUND; "corrupt*" makes its batch
 fail at pop with DECODE. With env DAMACY_FAKE_EXIT_ON_POP=N the process
 writes a line to stderr and exits with status N on the first pop.
 """
@@ -45,6 +47,7 @@ class FakeServer:
         self.pop_gate.set()
         self.config: Dict[str, Any] = {}
         self.device: Dict[str, Any] = {}
+        self.engine = "host"
         self.log_level = 3
         self.sample_shape: Optional[List[int]] = None
         self._cv = threading.Condition()
@@ -154,8 +157,12 @@ class FakeServer:
                 self._fail(m, "INVAL", "config.batch_size must be >= 1")
                 return False
             self.sample_shape = list(self.config["sample_shape"]) or None
+            # A cuda device gets the "CUDA engine" of tests/stub_cuda.c:
+            # slots are memfds named by their handles.
+            self.engine = "cuda" if self.device.get("kind") == "cuda" else "host"
+            device = {"ordinal": 0, "uuid": self.device["uuid"], "name": "stub"} if self.engine == "cuda" else None
             self._reply(
-                m, version=1, server="damacy fake", engine="host", device=None,
+                m, version=1, server="damacy fake", engine=self.engine, device=device,
                 decoder="cpu", slots=self.slots, pid=os.getpid(),
             )
             self.send({"op": "log", "level": 3, "msg": "fake server ready", "attrs": {"slots": self.slots}})
@@ -296,14 +303,21 @@ class FakeServer:
         batch = {
             "id": batch_id, "slot": slot, "n": len(samples), "shape": shape,
             "dtype": "bf16" if bf16 else "f32", "nbytes": data.nbytes,
-            "host": {"size": size, "offset": 0},
         }
         fds = []
-        if slot not in self._fd_sent:
+        if self.engine == "cuda":
+            batch["cuda"] = {
+                "mem_handle": _handle(f"memfd {os.getpid()} {self._fds[slot]} {size}"),
+                "offset": 0,
+                "event_handle": _handle(f"ready {slot}"),
+            }
+        elif slot not in self._fd_sent:
             self._fd_sent.add(slot)
             fds = [self._fds[slot]]
             batch["fds"] = 1
             self.fd_batches.append(batch_id)
+        if "cuda" not in batch:
+            batch["host"] = {"size": size, "offset": 0}
         message: Dict[str, Any] = {"id": pop_id, "ok": True, "batch": batch}
         if fds:
             message["fds"] = 1
@@ -313,6 +327,11 @@ class FakeServer:
     def held(self) -> Dict[int, int]:
         with self._cv:
             return dict(self._held)
+
+
+def _handle(text: str) -> str:
+    """A 64-byte IPC handle holding text, in hex."""
+    return text.encode().ljust(64, b"\0").hex()
 
 
 def main(argv: List[str]) -> int:

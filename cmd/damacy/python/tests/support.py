@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
-from typing import Callable
+from typing import Callable, Optional, Tuple
+
+import pytest
 
 import damacy
 
@@ -27,3 +31,30 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
+
+
+def gone(pid: int) -> bool:
+    """Whether process pid has exited (a zombie counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def serve_binary() -> Tuple[Optional[str], str]:
+    """The damacy binary to test (the installed package's, or
+    DAMACY_BINARY) and "", or None and the reason when none serves."""
+    path = os.environ.get("DAMACY_BINARY") or os.path.join(os.path.dirname(damacy.__file__), "bin", "damacy")
+    if not os.path.isfile(path):
+        return None, f"no damacy binary at {path} (run the tests from an installed wheel: make test-python)"
+    if subprocess.run([path, "help", "serve"], capture_output=True).returncode != 0:
+        return None, f"{path} has no serve command"
+    return path, ""
+
+
+def skip_or_fail(why: str, require_env: str) -> None:
+    """Skip with why, or fail when the environment variable require_env is 1."""
+    if os.environ.get(require_env) == "1":
+        pytest.fail(f"{require_env}=1: {why}")
+    pytest.skip(why)

@@ -22,8 +22,9 @@ import pytest
 
 import damacy
 
+import support
 from refdata import assert_batch
-from support import wait_until
+from support import gone, wait_until
 
 zarr = pytest.importorskip("zarr")
 zarr_codecs = pytest.importorskip("zarr.codecs")
@@ -32,23 +33,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BOX = (6, 9, 10)
 
 
-def _serve_binary() -> str:
-    path = os.environ.get("DAMACY_BINARY") or os.path.join(os.path.dirname(damacy.__file__), "bin", "damacy")
-    why = None
-    if not os.path.isfile(path):
-        why = f"no damacy binary at {path} (run the tests from an installed wheel: make test-python)"
-    elif subprocess.run([path, "help", "serve"], capture_output=True).returncode != 0:
-        why = f"{path} has no serve command"
-    if why is not None:
-        if os.environ.get("DAMACY_REQUIRE_SERVE") == "1":
-            pytest.fail(f"DAMACY_REQUIRE_SERVE=1: {why}")
-        pytest.skip(why)
-    return path
-
-
 @pytest.fixture
 def serve_binary(monkeypatch) -> str:
-    path = _serve_binary()
+    path, why = support.serve_binary()
+    if path is None:
+        support.skip_or_fail(why, "DAMACY_REQUIRE_SERVE")
     monkeypatch.setenv("DAMACY_BINARY", path)
     return path
 
@@ -61,14 +50,6 @@ def host_config(**kwargs) -> damacy.Config:
     )
     base.update(kwargs)
     return damacy.Config(**base)
-
-
-def gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def shm() -> set:

@@ -16,18 +16,9 @@ import pytest
 
 import damacy
 
-from support import config, sample, wait_until
+from support import config, gone, sample, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def gone(pid: int) -> bool:
-    """Whether pid has exited (a zombie counts as exited)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def test_missing_binary(monkeypatch, tmp_path):
