@@ -26,6 +26,7 @@ build:
 # (race detector on; the detector itself needs cgo, the product does not).
 test: lint nocgo
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 45m $(PKGS)
+	$(MAKE) --no-print-directory test-python
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \
@@ -93,3 +94,34 @@ bench:
 
 clean:
 	rm -rf bin .gpu
+
+# The Python package (cmd/damacy/python): platform wheels that carry the
+# damacy binary (one per architecture, written into dist/), and its tests.
+.PHONY: wheel test-python
+PYDIR        := cmd/damacy/python
+PYTHON3      ?= python3
+WHEEL_ARCHES ?= amd64 arm64
+HOST_GOARCH   = $(shell $(GO) env GOARCH)
+
+wheel:
+	@for arch in $(WHEEL_ARCHES); do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags='-s -w' -o build/wheel/$$arch/damacy ./cmd/damacy; \
+	  $(PYTHON3) $(PYDIR)/build_wheel.py --binary build/wheel/$$arch/damacy --arch $$arch --out dist; \
+	done
+
+# Builds this machine's wheel, installs it into a temporary directory and
+# runs the package's tests there against the installed package (not the
+# source tree). Needs a Python with numpy and pytest (DAMACY_PYTHON, which
+# .ci/run provides); skips without one unless DAMACY_REQUIRE_PYTHON=1.
+test-python:
+	@py="$(DAMACY_PYTHON)"; \
+	if [ -z "$$py" ] || ! "$$py" -c 'import numpy, pytest' 2>/dev/null; then \
+	  if [ "$${DAMACY_REQUIRE_PYTHON:-}" = 1 ]; then echo "test-python: no Python with numpy and pytest (DAMACY_PYTHON)"; exit 1; fi; \
+	  echo "test-python: skipped: no Python with numpy and pytest (set DAMACY_PYTHON, or run .ci/run)"; exit 0; \
+	fi; \
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o build/wheel/$(HOST_GOARCH)/damacy ./cmd/damacy; \
+	whl=$$("$$py" $(PYDIR)/build_wheel.py --binary build/wheel/$(HOST_GOARCH)/damacy --arch $(HOST_GOARCH) --out dist); \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	"$$py" -m pip install -q --disable-pip-version-check --no-deps --no-index --target "$$tmp/site" "$$whl"; \
+	cd "$$tmp" && PYTHONPATH="$$tmp/site" PYTHONDONTWRITEBYTECODE=1 DAMACY_TEST_INSTALLED=1 \
+	  "$$py" -m pytest -q -p no:cacheprovider "$(CURDIR)/$(PYDIR)/tests"

@@ -1,0 +1,315 @@
+"""Where batches live, seen from the client: the server's batch slots mapped
+into this process, and the hand-back of each slot.
+
+- Host engine: each slot is a memfd, sent once; it is mapped once (shared,
+  read-write) and the mapping is kept by slot.
+- CUDA engine: each slot is a device allocation exported with
+  cuIpcGetMemHandle and opened once (cuIpcOpenMemHandle); its ready event is
+  opened once too. A batch's consumers wait on the ready event on their
+  stream; the slot goes back with the client's per-slot "done" event,
+  recorded after the consumers' work, so the server never reuses it early
+  and the client never blocks.
+
+A Lease counts who still uses a batch (the Batch until released, each DLPack
+capsule until its deleter runs); the last one out sends the release. Mapped
+memory is unmapped only at close and once no lease is left.
+"""
+
+from __future__ import annotations
+
+import abc
+import ctypes
+import logging
+import mmap
+import os
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from . import _cuda
+from ._dlpack import kDLCPU, kDLCUDA
+from ._errors import NativeCudaError
+from ._protocol import ProtocolError
+from ._server import Connection
+
+__all__ = ["Lease", "Engine", "HostEngine", "CudaEngine"]
+
+logger = logging.getLogger("damacy")
+
+
+class Lease:
+    """One popped batch's claim on its slot."""
+
+    def __init__(self, engine: "Engine", batch_id: int, slot: int, ready_event: int) -> None:
+        self.engine = engine
+        self.batch_id = batch_id
+        self.slot = slot
+        self.ready_event = ready_event
+        # Reentrant: a deleter may run from garbage collection on a thread
+        # that is inside one of these critical sections.
+        self._lock = threading.RLock()
+        self._holders = 1  # the Batch
+        #: Streams the batch was exported to (CUDA), in order, no repeats.
+        self.streams: List[int] = []
+        #: What Batch.release was given: ("stream" | "event", handle).
+        self.after: List[Tuple[str, int]] = []
+
+    def note_stream(self, stream: int) -> None:
+        """Remember a consumer stream: the release waits for its work."""
+        with self._lock:
+            if stream not in self.streams:
+                self.streams.append(stream)
+
+    def add(self) -> None:
+        """One more holder (a capsule)."""
+        with self._lock:
+            if self._holders == 0:
+                raise RuntimeError(f"batch {self.batch_id}: its slot was returned")
+            self._holders += 1
+
+    def drop(self) -> None:
+        """One holder less; the last one returns the slot."""
+        with self._lock:
+            self._holders -= 1
+            last = self._holders == 0
+        if last:
+            self.engine.finish(self)
+
+
+class Engine(abc.ABC):
+    """The slots of one pipeline, on one device."""
+
+    #: __dlpack_device__ of the batches: (device_type, device_id).
+    device: Tuple[int, int]
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._lock = threading.RLock()  # reentrant, as Lease._lock
+        self._leases = 0
+        self._closing = False
+
+    @abc.abstractmethod
+    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, int]:
+        """Map the slot of a pop's BATCH (taking ownership of fds); return
+        its lease and the address of the batch's first byte."""
+
+    def _new_lease(self, batch: Mapping[str, Any], ready_event: int) -> Lease:
+        with self._lock:
+            self._leases += 1
+        return Lease(self, int(batch["id"]), int(batch["slot"]), ready_event)
+
+    def before_export(self, lease: Lease, stream: Optional[int]) -> None:
+        """Make a consumer's stream wait for the batch (the DLPack stream
+        handshake) and remember the stream for the release."""
+
+    def parse_after(self, event_or_stream: Any) -> Optional[Tuple[str, int]]:
+        """What Batch.release(event_or_stream) should order the release after."""
+        return None
+
+    def to_host(self, lease: Lease, address: int, nbytes: int, out: Any) -> None:
+        """Copy a batch into the host buffer at out.ctypes.data."""
+        ctypes.memmove(out.ctypes.data, address, nbytes)
+
+    def finish(self, lease: Lease) -> None:
+        """Send the release of a lease whose holders are all gone."""
+        try:
+            self._conn.send_oneway("release", batch=lease.batch_id, **self._release_fields(lease))
+        finally:
+            with self._lock:
+                self._leases -= 1
+                teardown = self._closing and self._leases == 0
+            if teardown:
+                self._teardown()
+
+    def _release_fields(self, lease: Lease) -> Dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        """Free the mappings now, or when the last lease ends."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            teardown = self._leases == 0
+        if teardown:
+            self._teardown()
+
+    @abc.abstractmethod
+    def _teardown(self) -> None:
+        """Unmap and free everything (no lease is left)."""
+
+
+class _HostSlot:
+    """A memfd slot mapped shared and read-write."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        try:
+            self._map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.size = size
+        self._view = (ctypes.c_char * size).from_buffer(self._map)
+        self.address = ctypes.addressof(self._view)
+
+    def close(self) -> None:
+        del self._view
+        self._map.close()
+
+
+class HostEngine(Engine):
+    """Batches in host memory (the server's host engine)."""
+
+    device = (kDLCPU, 0)
+
+    def __init__(self, conn: Connection) -> None:
+        super().__init__(conn)
+        self._slots: Dict[int, _HostSlot] = {}
+        self._replaced: List[_HostSlot] = []
+
+    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, int]:
+        host = batch.get("host")
+        if not isinstance(host, Mapping):
+            raise ProtocolError("a batch of the host engine has no host member")
+        slot = int(batch["slot"])
+        if len(fds) > 1:
+            raise ProtocolError(f"a host batch carries {len(fds)} descriptors, want at most 1")
+        if fds:
+            mapped = _HostSlot(fds[0], int(host["size"]))
+            with self._lock:
+                old = self._slots.get(slot)
+                if old is not None:
+                    self._replaced.append(old)  # may still be viewed: unmapped at teardown
+                self._slots[slot] = mapped
+        mapped = self._slots.get(slot)  # type: ignore[assignment]
+        if mapped is None:
+            raise ProtocolError(f"slot {slot}'s memory was never sent")
+        offset, nbytes = int(host["offset"]), int(batch["nbytes"])
+        if offset < 0 or offset + nbytes > mapped.size:
+            raise ProtocolError(f"batch bytes [{offset}, {offset + nbytes}) outside slot {slot} of {mapped.size} bytes")
+        return self._new_lease(batch, 0), mapped.address + offset
+
+    def _teardown(self) -> None:
+        with self._lock:
+            slots = list(self._slots.values()) + self._replaced
+            self._slots.clear()
+            self._replaced.clear()
+        for s in slots:
+            s.close()
+
+
+class CudaEngine(Engine):
+    """Batches in GPU memory (the server's CUDA engine), on the client's
+    device ``context.ordinal``."""
+
+    def __init__(self, conn: Connection, context: _cuda.Context) -> None:
+        super().__init__(conn)
+        self._context = context
+        self.device = (kDLCUDA, context.ordinal)
+        self._mem: Dict[str, int] = {}  # mem_handle -> mapped base address
+        self._ready: Dict[str, int] = {}  # event_handle -> opened event
+        self._done: Dict[int, Tuple[int, str]] = {}  # slot -> (event, its IPC handle)
+        self._join = 0  # a stream for releases after several streams or events
+
+    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, int]:
+        for fd in fds:
+            os.close(fd)
+        info = batch.get("cuda")
+        if not isinstance(info, Mapping):
+            raise ProtocolError("a batch of the CUDA engine has no cuda member")
+        mem, ready = str(info["mem_handle"]), str(info["event_handle"])
+        with self._lock:
+            base, event = self._mem.get(mem), self._ready.get(ready)
+            if base is None or event is None:
+                with self._context.current() as d:
+                    if base is None:
+                        base = self._mem[mem] = d.ipc_open_mem(bytes.fromhex(mem))
+                    if event is None:
+                        event = self._ready[ready] = d.ipc_open_event(bytes.fromhex(ready))
+        return self._new_lease(batch, event), base + int(info["offset"])
+
+    def before_export(self, lease: Lease, stream: Optional[int]) -> None:
+        # None means the legacy default stream; -1, no synchronisation.
+        if stream == -1:
+            return
+        s = _cuda.CU_STREAM_LEGACY if stream is None else stream
+        with self._context.current() as d:
+            d.stream_wait_event(s, lease.ready_event)
+        # The legacy stream waits for every blocking stream, the per-thread
+        # default stream of whichever thread returns the batch included.
+        lease.note_stream(_cuda.CU_STREAM_LEGACY if s == _cuda.CU_STREAM_PER_THREAD else s)
+
+    def parse_after(self, event_or_stream: Any) -> Optional[Tuple[str, int]]:
+        obj = event_or_stream
+        if isinstance(obj, int) and not isinstance(obj, bool):
+            kind, handle = "event", obj
+        elif hasattr(obj, "cuda_stream"):  # torch.cuda.Stream
+            kind, handle = "stream", int(obj.cuda_stream)
+        elif hasattr(obj, "cuda_event"):  # torch.cuda.Event
+            kind, handle = "event", int(obj.cuda_event)
+        elif hasattr(obj, "ptr") and type(obj).__name__.endswith(("Stream", "Event")):  # cupy
+            kind = "stream" if type(obj).__name__.endswith("Stream") else "event"
+            handle = int(obj.ptr)
+        else:
+            raise TypeError(
+                "release takes None, a CUevent (int), or a torch/cupy Event or Stream "
+                f"(got {type(obj).__name__})"
+            )
+        if kind == "event" and handle == 0:
+            return None  # an event never recorded orders nothing
+        return kind, handle
+
+    def to_host(self, lease: Lease, address: int, nbytes: int, out: Any) -> None:
+        with self._context.current() as d:
+            d.event_synchronize(lease.ready_event)
+            d.memcpy_dtoh(out.ctypes.data, address, nbytes)
+
+    def _release_fields(self, lease: Lease) -> Dict[str, Any]:
+        sources = [("stream", s) for s in lease.streams] + lease.after
+        if not sources:
+            return {}
+        try:
+            with self._context.current() as d:
+                with self._lock:
+                    done = self._done.get(lease.slot)
+                    if done is None:
+                        ev = d.event_create(_cuda.CU_EVENT_INTERPROCESS | _cuda.CU_EVENT_DISABLE_TIMING)
+                        done = self._done[lease.slot] = (ev, d.ipc_event_handle(ev).hex())
+                    if (len(sources) > 1 or sources[0][0] == "event") and not self._join:
+                        self._join = d.stream_create(_cuda.CU_STREAM_NON_BLOCKING)
+                if len(sources) == 1 and sources[0][0] == "stream":
+                    d.event_record(done[0], sources[0][1])
+                else:
+                    # The join stream waits for every source, then the done event.
+                    for kind, handle in sources:
+                        if kind == "stream":
+                            tmp = d.event_create(_cuda.CU_EVENT_DISABLE_TIMING)
+                            d.event_record(tmp, handle)
+                            d.stream_wait_event(self._join, tmp)
+                            d.event_destroy(tmp)  # freed once the wait is done
+                        else:
+                            d.stream_wait_event(self._join, handle)
+                    d.event_record(done[0], self._join)
+        except NativeCudaError as e:
+            # Without the event the server may refill the slot while the
+            # consumer still reads it; say so rather than fail a deleter.
+            logger.error("batch %d: ordering its release after the consumer failed: %s", lease.batch_id, e)
+            return {}
+        return {"event_handle": done[1]}
+
+    def _teardown(self) -> None:
+        with self._lock:
+            mem, ready, done, join = list(self._mem.values()), list(self._ready.values()), list(self._done.values()), self._join
+            self._mem.clear()
+            self._ready.clear()
+            self._done.clear()
+            self._join = 0
+        try:
+            with self._context.current() as d:
+                for ptr in mem:
+                    d.ipc_close_mem(ptr)
+                for ev in ready + [ev for ev, _ in done]:
+                    d.event_destroy(ev)
+                if join:
+                    d.stream_destroy(join)
+            self._context.release()
+        except NativeCudaError as e:
+            logger.warning("freeing the CUDA resources of a closed pipeline: %s", e)

@@ -1,0 +1,82 @@
+"""Dtype and Status, the package's two enumerations."""
+
+from __future__ import annotations
+
+import enum
+from typing import Union
+
+__all__ = ["Dtype", "Status"]
+
+
+class Dtype(enum.IntEnum):
+    """Destination dtype for assembled batches. Sources may differ; the
+    assemble stage casts each element to this type (bfloat16 rounds to
+    nearest even; NaN stays NaN)."""
+
+    F32 = 0
+    BF16 = 1
+
+    @classmethod
+    def coerce(cls, value: Union["Dtype", int, str]) -> "Dtype":
+        """Accept enum / int / one of {"f32", "float32", "bf16", "bfloat16"}.
+
+        >>> Dtype.coerce("f32") is Dtype.F32
+        True
+        >>> Dtype.coerce("BFloat16") is Dtype.BF16
+        True
+        >>> Dtype.coerce(Dtype.F32) is Dtype.F32
+        True
+        >>> Dtype.coerce("nope")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown dtype: 'nope'
+        """
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            found = _NAMES.get(value.lower())
+            if found is None:
+                raise ValueError(f"unknown dtype: {value!r}")
+            return found
+        if isinstance(value, int) and not isinstance(value, bool):
+            try:
+                return cls(value)
+            except ValueError:
+                raise ValueError(f"unknown dtype: {value!r}") from None
+        raise TypeError(f"dtype must be a Dtype, an int or a str (got {type(value).__name__})")
+
+    @property
+    def wire_name(self) -> str:
+        """The protocol's name: "f32" or "bf16"."""
+        return "f32" if self is Dtype.F32 else "bf16"
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element: 4 or 2."""
+        return 4 if self is Dtype.F32 else 2
+
+
+_NAMES = {
+    "f32": Dtype.F32,
+    "float32": Dtype.F32,
+    "bf16": Dtype.BF16,
+    "bfloat16": Dtype.BF16,
+}
+
+
+class Status(enum.IntEnum):
+    """Mirrors enum damacy_status: the status of a failed call (the protocol's
+    status names are the member names)."""
+
+    OK = 0
+    AGAIN = 1
+    INVAL = 2
+    NOTFOUND = 3
+    DTYPE = 4
+    RANK = 5
+    IO = 6
+    DECODE = 7
+    CUDA = 8
+    OOM = 9
+    BUDGET = 10
+    SHUTDOWN = 11

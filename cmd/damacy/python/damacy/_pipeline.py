@@ -1,0 +1,416 @@
+"""Pipeline: the seed API on top of one ``damacy serve`` process."""
+
+from __future__ import annotations
+
+import collections
+import numbers
+import threading
+import weakref
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from . import _cuda, _device, _log, _server
+from ._batch import Batch, BatchInfo
+from ._config import Config
+from ._engine import CudaEngine, Engine, HostEngine
+from ._enums import Dtype
+from ._errors import DamacyError, InvalidArgument, ShutdownError, TryAgain
+from ._protocol import VERSION, ProtocolError, hello_config, sample_message
+from ._sample import Sample
+from ._stats import Stats
+
+__all__ = ["Pipeline"]
+
+
+class _Source:
+    """One pushed iterable: its iterator, how many items it has given, and
+    at most one item (or the exception) pulled ahead by ``pending``."""
+
+    def __init__(self, iterator: Iterator[Any]) -> None:
+        self._it = iterator
+        self.position = 0  # items taken so far
+        self.exhausted = False
+        self._ahead: List[Any] = []  # [item] or [] (item may be an exception)
+
+    def has_more(self) -> bool:
+        """Whether the iterable has more to give (pulling one item ahead)."""
+        if self._ahead:
+            return True
+        if self.exhausted:
+            return False
+        try:
+            self._ahead.append(next(self._it))
+        except StopIteration:
+            self.exhausted = True
+            return False
+        except BaseException as e:  # kept for the next take, which raises it
+            self._ahead.append(_Raised(e))
+        return True
+
+    @property
+    def ahead(self) -> Optional[Sample]:
+        """The sample pulled ahead, if any."""
+        if self._ahead and isinstance(self._ahead[0], Sample):
+            return self._ahead[0]
+        return None
+
+    def take(self, k: int) -> Tuple[List[Sample], Optional[BaseException]]:
+        """Up to k samples, and the exception that ended the iterable early
+        (the iterable is then finished: a generator that raised is closed)."""
+        out: List[Sample] = []
+        while len(out) < k:
+            if self._ahead:
+                item = self._ahead.pop()
+            else:
+                try:
+                    item = next(self._it)
+                except StopIteration:
+                    self.exhausted = True
+                    break
+                except BaseException as e:
+                    return out, e
+            if isinstance(item, _Raised):
+                return out, item.error
+            if not isinstance(item, Sample):
+                return out, TypeError(
+                    f"push: item {self.position} of the iterable is a {type(item).__name__}, not a damacy.Sample"
+                )
+            out.append(item)
+            self.position += 1
+        return out, None
+
+
+class _Raised:
+    """An exception an iterable raised while pulled ahead."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class Pipeline:
+    """Streaming GPU data pipeline. Drive :meth:`push`, :meth:`pop`,
+    :meth:`flush`.
+
+    The pipeline runs in a ``damacy serve`` process that this object starts
+    and owns: it reads the chunks the boxes touch, decodes them (on the GPU
+    through nvCOMP, or on the CPU) and assembles each batch in one of its
+    batch slots, which this process maps without a copy (CUDA IPC, or shared
+    memory for the host engine). The server stops on :meth:`close`, when this
+    object is garbage-collected, at interpreter exit, and when this process
+    dies.
+
+    Constructed from a :class:`Config`::
+
+        cfg = damacy.Config(batch_size=8, ...)
+        with damacy.Pipeline(cfg) as p:
+            ...
+
+    The device comes from ``Config.device``: a CUDA device index, "cpu" for
+    the host engine, or None: ``LOCAL_RANK``'s GPU when set, else torch's
+    current device when torch is imported, else GPU 0 when there is one,
+    else the host engine. The client works in the calling thread's current
+    CUDA context when it is on that device (PyTorch sets one up
+    implicitly), else in the device's primary context.
+
+    Resource caps are fixed at construction; nothing grows after that.
+    The methods may be called from several threads; batches may be
+    released from any thread.
+    """
+
+    def __init__(self, config: Config) -> None:
+        if not isinstance(config, Config):
+            raise TypeError(f"Pipeline takes a damacy.Config (got {type(config).__name__})")
+        self._config = config
+        self._closed = False
+        # _intake guards the sources, _sent and _flushed_at, and is held
+        # across push requests; _done changes under _counts only, which the
+        # reader thread may take (for an interrupted pop's batch).
+        self._intake = threading.Lock()
+        self._counts = threading.Lock()
+        self._sources: Deque[_Source] = collections.deque()
+        self._sent = 0  # samples the server accepted
+        self._done = 0  # samples in batches popped (or failed)
+        self._flushed_at = 0  # _sent at the last flush
+        self._window = config.lookahead_batches * config.batch_size
+
+        target = _device.choose(config.device)
+        sock, process = _server.launch()
+        conn = _server.Connection(sock, process, _log.forward)
+        engine: Optional[Engine] = None
+        try:
+            try:
+                hello = conn.request(
+                    "hello", version=VERSION, config=hello_config(config), device=target.hello()
+                ).message
+            except DamacyError as e:
+                e.what = "create"
+                raise
+            if hello.get("version") != VERSION:
+                raise InvalidArgument(
+                    f"the server speaks protocol version {hello.get('version')!r}, this client {VERSION}",
+                    what="create",
+                )
+            if hello.get("engine") == "cuda":
+                if target.kind != "cuda":
+                    raise InvalidArgument("the server chose its CUDA engine for a host-engine pipeline", what="create")
+                engine = CudaEngine(conn, _cuda.Context(_cuda.load(), target.ordinal))
+            else:
+                engine = HostEngine(conn)
+            _log.attach(conn)
+        except BaseException:
+            if engine is not None:
+                engine.close()
+            conn.close()
+            raise
+        self._conn = conn
+        self._engine = engine
+        self._server_info: Dict[str, Any] = {
+            k: hello.get(k) for k in ("server", "engine", "device", "decoder", "slots", "pid")
+        }
+        self._finalizer = weakref.finalize(self, _shut_down, conn, engine)
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return (
+            f"<damacy.Pipeline engine={self._server_info.get('engine')} "
+            f"batch_size={self._config.batch_size}{state}>"
+        )
+
+    @property
+    def config(self) -> Config:
+        """The Config this pipeline was made with."""
+        return self._config
+
+    @property
+    def server_info(self) -> Dict[str, Any]:
+        """What the server said at start (extra): ``server`` (its version),
+        ``engine`` ("cuda" or "host"), ``device`` (the server's ordinal, UUID
+        and name of the GPU; None on the host engine), ``decoder`` (e.g.
+        "nvcomp 6.0.0 + cpu" or "cpu"), ``slots`` and ``pid``."""
+        return dict(self._server_info)
+
+    def __enter__(self) -> "Pipeline":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the underlying handle. Idempotent. Subsequent calls
+        on the pipeline raise :class:`ShutdownError`.
+
+        Stops the server (a :meth:`pop` blocked in another thread raises
+        ShutdownError) and waits for it to exit. Tensors that still view
+        batches must not be used afterwards; their capsules' deleters may
+        still run safely.
+        """
+        self._closed = True
+        self._finalizer()
+
+    def _check(self, op: str) -> None:
+        if self._closed:
+            raise ShutdownError(f"{op}: the pipeline is closed", what=op)
+
+    # Intake.
+
+    def push(self, samples: Iterable[Sample]) -> None:
+        """Queue samples for processing. Accepts any iterable (list,
+        generator, infinite generator, …); large or unbounded sources
+        are pulled lazily as :meth:`pop` frees space: at most about
+        ``lookahead_batches * batch_size`` samples ahead of what has been
+        popped are taken from the iterables and sent to the server, and
+        the unconsumed tail stays in the iterable.
+
+        Fatal errors from the server's validator (NotFound,
+        DtypeMismatch, RankMismatch, …) raise the matching
+        :class:`DamacyError` subclass, with ``.index`` the offending
+        sample's position in its iterable; the offending iterator is
+        discarded but samples accepted by earlier push calls (and the
+        samples before it) are unaffected. Such an error may also come
+        from a later :meth:`pop` or :meth:`flush`, which pull the rest
+        of the iterable. An item that is not a :class:`Sample`, or an
+        exception raised by the iterable, ends the iterable the same way.
+        """
+        self._check("push")
+        if isinstance(samples, Sample):
+            raise TypeError("push takes an iterable of Sample; wrap a single sample in a list")
+        source = _Source(iter(samples))
+        with self._intake:
+            self._sources.append(source)
+            self._top_up(self._window)
+
+    @property
+    def pending(self) -> bool:
+        """True if push() has accepted samples that haven't yet entered
+        the server's lookahead. Becomes False as :meth:`pop` frees space.
+
+        It may pull one item ahead from a pushed iterable to know.
+        """
+        self._check("pending")
+        with self._intake:
+            while self._sources:
+                if self._sources[0].has_more():
+                    return True
+                self._sources.popleft()
+        return bool(self._conn.request("pending").message.get("pending"))
+
+    def flush(self) -> None:
+        """Ready a partial last batch for pop: everything pushed so far
+        comes out, the last batch possibly ragged (``shape[0] <
+        batch_size``). Idempotent (a flush with nothing new emits nothing).
+
+        Unlike the reference, flush never drops samples. It marks the end of
+        what the client has taken from pushed iterables so far (up to the
+        lookahead window); samples still pending in an iterable (an infinite
+        generator, say) stay pending and come out after the ragged batch as
+        pops continue. To flush every queued sample of a finite iterable,
+        pop until :attr:`pending` reads False, then flush.
+        """
+        self._check("flush")
+        with self._intake:
+            self._top_up(self._window)
+            ahead = self._sources[0].take(1)[0] if self._sources and self._sources[0].ahead else []
+            if ahead:
+                self._send(self._sources[0], ahead, self._sources[0].position - 1)
+            self._conn.request("flush")
+            self._flushed_at = self._sent
+
+    def _top_up(self, limit: int) -> None:
+        """Send samples from the pushed iterables, in order, until limit
+        samples are in flight (sent and not popped) or the iterables end.
+        Called with _intake held."""
+        while self._sources:
+            room = limit - (self._sent - self._done)
+            if room <= 0:
+                return
+            source = self._sources[0]
+            first = source.position
+            items, error = source.take(room)
+            if error is not None or source.exhausted:
+                self._sources.popleft()
+            if items:
+                self._send(source, items, first)
+            if error is not None:
+                raise error
+
+    def _send(self, source: _Source, items: List[Sample], first: int) -> None:
+        try:
+            reply = self._conn.request("push", samples=[sample_message(s) for s in items])
+        except DamacyError as e:
+            if e.index is not None:
+                self._sent += e.index
+                if self._sources and self._sources[0] is source:
+                    self._sources.popleft()
+                e.index += first
+            raise
+        self._sent += int(reply.message.get("accepted", len(items)))
+
+    # Output.
+
+    def pop(self) -> Batch:
+        """Block until the next batch is on-device-ready. Returns a
+        :class:`Batch` you can hand to ``torch.from_dlpack`` (or any
+        DLPack consumer) — preferably inside a ``with`` block.
+
+        Tops up the server from the pushed iterables first. Raises
+        :class:`TryAgain` instead of blocking forever when no batch can
+        complete: fewer than ``batch_size`` samples are in flight, nothing
+        is left to push, and no flush covers them. A batch that failed
+        (unreadable file, corrupt chunk) raises its error; the pipeline
+        stays usable unless it is NativeCudaError or ShutdownError.
+        """
+        self._check("pop")
+        with self._intake:
+            self._top_up(self._window + self._config.batch_size)
+            in_flight = self._sent - self._done
+            if in_flight < self._config.batch_size and self._flushed_at <= self._done:
+                raise TryAgain(
+                    f"pop: no batch can complete: {in_flight} sample(s) in flight, batch_size "
+                    f"{self._config.batch_size}, nothing left to push and no flush; push more or flush()",
+                    what="pop",
+                )
+        try:
+            reply = self._conn.request("pop", on_abandon=self._abandoned_pop)
+        except ShutdownError:
+            raise
+        except DamacyError:
+            self._resync()
+            raise
+        return self._accept(reply)
+
+    def batches(self, n: int) -> Iterator[Batch]:
+        """Pop ``n`` batches as an iterator. Each call to :meth:`pop`
+        blocks until that batch is on-device-ready.
+
+        Pair with a ``with`` block so the slot is released::
+
+            for batch in d.batches(8):
+                with batch as t:
+                    x = torch.from_dlpack(t)
+                    ...
+        """
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise TypeError(f"batches takes an int (got {type(n).__name__})")
+        if n < 0:
+            raise ValueError(f"n must be >= 0 (got {n})")
+        return (self.pop() for _ in range(int(n)))
+
+    def _accept(self, reply: _server.Reply) -> Batch:
+        message = reply.message.get("batch")
+        if not isinstance(message, dict):
+            _server._close_fds(reply.fds)
+            raise ShutdownError("pop: the server broke the protocol: a pop response without a batch", what="pop")
+        try:
+            n = int(message["n"])
+            shape = tuple(int(x) for x in message["shape"])
+            dtype = Dtype.coerce(str(message["dtype"]))
+            lease, address = self._engine.lease(message, reply.fds)
+        except (KeyError, TypeError, ValueError, ProtocolError) as e:
+            _server._close_fds(reply.fds)
+            if "id" in message:
+                self._conn.send_oneway("release", batch=message["id"])
+            raise ShutdownError(f"pop: the server broke the protocol: {e}", what="pop") from None
+        with self._counts:
+            self._done += n
+        info = BatchInfo(address, shape, dtype, 0, lease.batch_id, lease.ready_event)
+        return Batch(self._engine, lease, info)
+
+    def _abandoned_pop(self, reply: _server.Reply) -> None:
+        """The response of a pop whose caller was interrupted: account for
+        the batch and give it back."""
+        if reply.message.get("ok"):
+            self._accept(reply).release()
+
+    def _resync(self) -> None:
+        """After a failed batch: the server's count of samples in flight
+        says how many the failure consumed."""
+        with self._intake:
+            try:
+                stats = self._conn.request("stats").message.get("stats") or {}
+            except DamacyError:
+                return
+            in_flight = stats.get("samples_in_flight")
+            with self._counts:
+                if isinstance(in_flight, int):
+                    self._done = self._sent - in_flight
+                else:
+                    self._done += min(self._config.batch_size, self._sent - self._done)
+
+    # Stats.
+
+    def stats(self) -> Stats:
+        """A snapshot of the pipeline's metrics."""
+        self._check("stats")
+        return Stats.from_wire(self._conn.request("stats").message.get("stats") or {})
+
+    def stats_reset(self) -> None:
+        """Zero the stage metrics and counters (not the gauges)."""
+        self._check("stats_reset")
+        self._conn.request("stats_reset")
+
+
+def _shut_down(conn: _server.Connection, engine: Engine) -> None:
+    """Stop the server, then free the mappings (once no batch needs them)."""
+    try:
+        conn.close()
+    finally:
+        engine.close()

@@ -1,0 +1,111 @@
+"""The ``damacy serve`` protocol, version 1 (PROTOCOL.md): framing and the
+shapes of the client's messages.
+
+A frame is a 4-byte little-endian length L (1 <= L <= 16 MiB) and L bytes of
+UTF-8 JSON holding one object. Descriptors travel as SCM_RIGHTS with the
+frame's first byte; the frame's top-level ``"fds"`` says how many.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, Dict, List, Mapping
+
+from ._config import Config
+from ._sample import Sample
+
+__all__ = [
+    "VERSION",
+    "MAX_FRAME",
+    "ProtocolError",
+    "encode",
+    "FrameDecoder",
+    "fd_count",
+    "hello_config",
+    "sample_message",
+]
+
+VERSION = 1
+MAX_FRAME = 16 << 20
+_LENGTH = struct.Struct("<I")
+
+
+class ProtocolError(Exception):
+    """The peer broke the protocol; the connection cannot continue."""
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """One frame holding message."""
+    body = json.dumps(message, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME:
+        raise ValueError(f"a {len(body)}-byte message does not fit a frame (at most {MAX_FRAME})")
+    return _LENGTH.pack(len(body)) + body
+
+
+class FrameDecoder:
+    """Splits a byte stream into messages."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> List[Dict[str, Any]]:
+        """Append data; return the messages completed by it, in order."""
+        self._buf += data
+        out = []
+        while len(self._buf) >= _LENGTH.size:
+            (n,) = _LENGTH.unpack_from(self._buf)
+            if not 1 <= n <= MAX_FRAME:
+                raise ProtocolError(f"frame of {n} bytes, want 1 to {MAX_FRAME}")
+            end = _LENGTH.size + n
+            if len(self._buf) < end:
+                break
+            body = bytes(self._buf[_LENGTH.size : end])
+            del self._buf[:end]
+            try:
+                message = json.loads(body)
+            except ValueError as e:
+                raise ProtocolError(f"frame is not JSON: {e}") from None
+            if not isinstance(message, dict):
+                raise ProtocolError(f"frame holds a JSON {type(message).__name__}, not an object")
+            out.append(message)
+        return out
+
+    @property
+    def partial(self) -> bool:
+        """Whether bytes of an incomplete frame are buffered."""
+        return bool(self._buf)
+
+
+def fd_count(message: Mapping[str, Any]) -> int:
+    """How many descriptors the frame of message carries."""
+    n = message.get("fds", 0)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ProtocolError(f"bad fds member {n!r}")
+    return n
+
+
+def hello_config(config: Config) -> Dict[str, Any]:
+    """hello's ``config`` object: the seed's field names, dtype by name."""
+    return {
+        "batch_size": config.batch_size,
+        "host_buffer_bytes": config.host_buffer_bytes,
+        "device_buffer_bytes": config.device_buffer_bytes,
+        "dtype": config.dtype.wire_name,
+        "lookahead_batches": config.lookahead_batches,
+        "n_io_threads": config.n_io_threads,
+        "n_compute_threads": config.n_compute_threads,
+        "n_zarrs_meta_cache": config.n_zarrs_meta_cache,
+        "n_shards_meta_cache": config.n_shards_meta_cache,
+        "max_chunk_uncompressed_bytes": config.max_chunk_uncompressed_bytes,
+        "max_gpu_memory_bytes": config.max_gpu_memory_bytes,
+        "max_bytes_per_element": config.max_bytes_per_element,
+        "sample_shape": list(config.sample_shape),
+        "batch_slots": config.batch_slots,
+    }
+
+
+def sample_message(sample: Sample) -> Dict[str, Any]:
+    """A push's form of one sample."""
+    return {"uri": sample.uri, "box": [list(r) for r in sample.aabb], "level": sample.level}
+

@@ -1,0 +1,60 @@
+"""Small helpers shared by the tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import Callable, Optional, Tuple
+
+import pytest
+
+import damacy
+
+
+def config(**kwargs) -> damacy.Config:
+    """A small host-engine config; kwargs override."""
+    base = dict(batch_size=3, host_buffer_bytes=1 << 20, device_buffer_bytes=1 << 20, device="cpu")
+    base.update(kwargs)
+    return damacy.Config(**base)
+
+
+def sample(i: int, uri: str = "mem://a", shape=(2, 3, 4), level: int = 0) -> damacy.Sample:
+    """The i-th sample of a simple stream: boxes along axis 0."""
+    return damacy.Sample(uri=uri, aabb=[(i * shape[0], (i + 1) * shape[0])] + [(0, n) for n in shape[1:]], level=level)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll predicate until it holds; fail after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def gone(pid: int) -> bool:
+    """Whether process pid has exited (a zombie counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def serve_binary() -> Tuple[Optional[str], str]:
+    """The damacy binary to test (the installed package's, or
+    DAMACY_BINARY) and "", or None and the reason when none serves."""
+    path = os.environ.get("DAMACY_BINARY") or os.path.join(os.path.dirname(damacy.__file__), "bin", "damacy")
+    if not os.path.isfile(path):
+        return None, f"no damacy binary at {path} (run the tests from an installed wheel: make test-python)"
+    if subprocess.run([path, "help", "serve"], capture_output=True).returncode != 0:
+        return None, f"{path} has no serve command"
+    return path, ""
+
+
+def skip_or_fail(why: str, require_env: str) -> None:
+    """Skip with why, or fail when the environment variable require_env is 1."""
+    if os.environ.get(require_env) == "1":
+        pytest.fail(f"{require_env}=1: {why}")
+    pytest.skip(why)

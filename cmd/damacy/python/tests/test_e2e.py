@@ -1,0 +1,268 @@
+"""End to end: the real damacy binary's host engine on fresh zarr v3 sharded
+stores written with zarr-python, every batch compared element-wise with
+zarr-python's reads (cast to float32, or rounded to bfloat16).
+
+The binary is the installed package's damacy/bin/damacy (or DAMACY_BINARY).
+Without one that has the serve command these tests skip, unless
+DAMACY_REQUIRE_SERVE=1, when they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+import damacy
+
+import support
+from refdata import assert_batch
+from support import gone, wait_until
+
+zarr = pytest.importorskip("zarr")
+zarr_codecs = pytest.importorskip("zarr.codecs")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BOX = (6, 9, 10)
+
+
+@pytest.fixture
+def serve_binary(monkeypatch) -> str:
+    path, why = support.serve_binary()
+    if path is None:
+        support.skip_or_fail(why, "DAMACY_REQUIRE_SERVE")
+    monkeypatch.setenv("DAMACY_BINARY", path)
+    return path
+
+
+def host_config(**kwargs) -> damacy.Config:
+    """A small host-engine config (chunks here are far below 1 MiB)."""
+    base = dict(
+        host_buffer_bytes=4 << 20, device_buffer_bytes=4 << 20, max_chunk_uncompressed_bytes=1 << 20,
+        device="cpu", n_io_threads=2, n_compute_threads=1,
+    )
+    base.update(kwargs)
+    return damacy.Config(**base)
+
+
+def shm() -> set:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+# name -> (dtype, codec, fill value)
+ARRAYS: Dict[str, Tuple[str, object, object]] = {
+    "u8-zstd": ("uint8", lambda: zarr_codecs.ZstdCodec(level=3), 7),
+    "u16-blosc-lz4": ("uint16", lambda: zarr_codecs.BloscCodec(cname="lz4", shuffle="shuffle"), 3),
+    "i16-zstd-checksum": ("int16", lambda: zarr_codecs.ZstdCodec(level=1, checksum=True), -5),
+    "i32-blosc-zstd": ("int32", lambda: zarr_codecs.BloscCodec(cname="zstd", shuffle="bitshuffle"), 0),
+    "f16-zstd": ("float16", lambda: zarr_codecs.ZstdCodec(level=3), 0.5),
+    "f32-blosc-lz4": ("float32", lambda: zarr_codecs.BloscCodec(cname="lz4", shuffle="noshuffle"), float("nan")),
+    "f64-zstd": ("float64", lambda: zarr_codecs.ZstdCodec(level=5), -1.25),
+}
+
+
+def random_values(rng: np.random.Generator, dtype: str, shape) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    values = rng.normal(0, 1000, size=shape).astype(dt)
+    flat = values.reshape(-1)
+    flat[rng.choice(flat.size, 5, replace=False)] = np.nan
+    flat[rng.choice(flat.size, 2, replace=False)] = np.inf
+    return values
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> Dict[str, Tuple[str, np.ndarray, object]]:
+    """Fresh random sharded arrays: name -> (path, data, fill value)."""
+    root = tmp_path_factory.mktemp("stores")
+    rng = np.random.default_rng(int(time.time()))
+    out = {}
+    for name, (dtype, codec, fill) in ARRAYS.items():
+        shape = (20, 24, 28)
+        path = str(root / f"{name}.zarr")
+        arr = zarr.create_array(
+            store=path, shape=shape, chunks=(5, 8, 7), shards=(10, 16, 14), dtype=dtype,
+            compressors=codec(), fill_value=fill,
+        )
+        data = random_values(rng, dtype, shape)
+        data[10:, 16:, :] = np.array(fill, dtype=dtype)  # a shard of fill: never written
+        arr[:] = data
+        out[name] = (path, data, fill)
+    return out
+
+
+def reference(path: str, box: List[Tuple[int, int]], fill: object) -> np.ndarray:
+    """The box read with zarr-python and cast to float32, the outside of the
+    array as the fill value."""
+    arr = zarr.open_array(path, mode="r")
+    out = np.full(tuple(b - a for a, b in box), fill, dtype=np.float32)
+    inner = tuple(slice(max(a, 0), min(b, n)) for (a, b), n in zip(box, arr.shape))
+    if all(s.stop > s.start for s in inner):
+        dst = tuple(slice(s.start - a, s.stop - a) for s, (a, _) in zip(inner, box))
+        out[dst] = arr[inner].astype(np.float32)
+    return out
+
+
+def random_boxes(rng: np.random.Generator, n: int) -> List[List[Tuple[int, int]]]:
+    """Boxes of extent BOX, many reaching outside the (20, 24, 28) arrays."""
+    shape = (20, 24, 28)
+    boxes = []
+    for _ in range(n):
+        starts = [int(rng.integers(-4, s - e + 5)) for s, e in zip(shape, BOX)]
+        boxes.append([(a, a + e) for a, e in zip(starts, BOX)])
+    return boxes
+
+
+def run_and_compare(stores, dtype: str, batch_size: int, n_per_array: int) -> None:
+    rng = np.random.default_rng(int(time.time() * 1000) % (1 << 32))
+    wanted = []
+    samples = []
+    for name, (path, _, fill) in stores.items():
+        for box in random_boxes(rng, n_per_array):
+            samples.append(damacy.Sample(uri=path, aabb=box))
+            wanted.append(reference(path, box, fill))
+    before = shm()
+    cfg = host_config(batch_size=batch_size, dtype=dtype, lookahead_batches=len(samples) // batch_size + 1)
+    with damacy.Pipeline(cfg) as p:
+        pid = p.server_info["pid"]
+        assert p.server_info["engine"] == "host"
+        p.push(samples)
+        p.flush()
+        sizes = [batch_size] * (len(samples) // batch_size)
+        if len(samples) % batch_size:
+            sizes.append(len(samples) % batch_size)
+        at = 0
+        for want_n in sizes:
+            with p.pop() as b:
+                assert b.info.shape == (want_n,) + BOX
+                got = b.numpy()
+                assert_batch(got, np.stack(wanted[at : at + want_n]), bf16=(dtype == "bf16"))
+                at += want_n
+        with pytest.raises(damacy.TryAgain):
+            p.pop()
+        st = p.stats()
+        assert st.batches_emitted == len(sizes) and st.engine == "host"
+        assert st.batches_truncated == (1 if len(samples) % batch_size else 0)
+    assert gone(pid)
+    assert shm() <= before, f"new files in /dev/shm: {shm() - before}"
+
+
+def test_every_dtype_and_codec_f32(serve_binary, stores):
+    run_and_compare(stores, "f32", batch_size=4, n_per_array=3)  # 21 samples: 4 * 5 + 1
+
+
+def test_every_dtype_and_codec_bf16(serve_binary, stores):
+    run_and_compare(stores, "bf16", batch_size=5, n_per_array=2)  # 14 samples: 5, 5, 4
+
+
+def test_ome_ngff_level(serve_binary, tmp_path):
+    rng = np.random.default_rng(7)
+    group = zarr.open_group(str(tmp_path / "image.zarr"), mode="w")
+    levels = [rng.integers(0, 4000, size=(16, 16), dtype=np.uint16), rng.integers(0, 4000, size=(8, 8), dtype=np.uint16)]
+    for i, data in enumerate(levels):
+        a = group.create_array(str(i), shape=data.shape, chunks=(4, 4), shards=(8, 8), dtype="uint16",
+                               compressors=zarr_codecs.ZstdCodec(level=3), fill_value=0)
+        a[:] = data
+    group.attrs["ome"] = {
+        "version": "0.5",
+        "multiscales": [{
+            "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
+            "datasets": [
+                {"path": str(i), "coordinateTransformations": [{"type": "scale", "scale": [2.0 ** i, 2.0 ** i]}]}
+                for i in range(2)
+            ],
+        }],
+    }
+    cfg = host_config(batch_size=2)
+    with damacy.Pipeline(cfg) as p:
+        p.push([
+            damacy.Sample(str(tmp_path / "image.zarr"), [(0, 4), (2, 6)], level=1),
+            damacy.Sample(str(tmp_path / "image.zarr"), [(4, 8), (0, 4)], level=0),
+        ])
+        with p.pop() as b:
+            got = b.numpy()
+    np.testing.assert_array_equal(got[0], levels[1][0:4, 2:6].astype(np.float32))
+    np.testing.assert_array_equal(got[1], levels[0][4:8, 0:4].astype(np.float32))
+
+
+def test_push_errors_name_the_sample(serve_binary, stores, tmp_path):
+    path = stores["u8-zstd"][0]
+    cfg = host_config(batch_size=2)
+    with damacy.Pipeline(cfg) as p:
+        good = damacy.Sample(path, [(0, 6), (0, 9), (0, 10)])
+        with pytest.raises(damacy.NotFound) as e:
+            p.push([good, damacy.Sample(str(tmp_path / "nothing.zarr"), [(0, 6), (0, 9), (0, 10)])])
+        assert e.value.index == 1
+        with pytest.raises(damacy.RankMismatch) as e:
+            p.push([damacy.Sample(path, [(0, 6), (0, 9)])])
+        assert e.value.index == 0
+        p.flush()
+        with p.pop() as b:  # the good sample is still queued
+            assert b.info.shape[0] == 1
+
+
+def test_pipeline_made_on_a_short_lived_thread_keeps_its_server(serve_binary, stores):
+    made = {}
+    cfg = host_config(batch_size=1)
+    t = threading.Thread(target=lambda: made.setdefault("p", damacy.Pipeline(cfg)))
+    t.start()
+    t.join(60)
+    p = made["p"]
+    time.sleep(0.5)  # a server that died with the thread would be gone by now
+    path, _, fill = stores["u16-blosc-lz4"]
+    box = [(0, 6), (0, 9), (0, 10)]
+    p.push([damacy.Sample(path, box)])
+    with p.pop() as b:
+        assert_batch(b.numpy()[0], reference(path, box, fill), bf16=False)
+    p.close()
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, sys, time
+    import damacy
+    cfg = damacy.Config(batch_size=1, host_buffer_bytes=4 << 20, device_buffer_bytes=4 << 20,
+                        max_chunk_uncompressed_bytes=1 << 20, device="cpu")
+    p = damacy.Pipeline(cfg)
+    print(p.server_info["pid"], flush=True)
+    sys.stdin.readline()  # the test has seen the server
+    if sys.argv[1] == "exit":
+        os._exit(0)
+    time.sleep(60)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_no_orphan_server_when_the_client_dies(serve_binary, tmp_path, how):
+    script = tmp_path / "client.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), DAMACY_BINARY=serve_binary)
+    child = subprocess.Popen([sys.executable, str(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        server = int(child.stdout.readline())
+        assert not gone(server)
+        if how == "sigkill":
+            child.kill()
+        else:
+            child.stdin.write(b"go\n")
+            child.stdin.flush()
+        child.wait(30)
+        wait_until(lambda: gone(server), timeout=10, what=f"server {server} to exit")
+    finally:
+        child.kill()
+        child.wait()
+        child.stdin.close()
+        child.stdout.close()

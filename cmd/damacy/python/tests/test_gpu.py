@@ -1,0 +1,305 @@
+"""GPU tests: the CUDA engine's batches through torch.from_dlpack.
+
+They need torch with a CUDA device and a damacy binary that serves; they
+skip without them, and fail instead when DAMACY_REQUIRE_GPU=1. Stores are
+written with zarr-python when it is installed, else with tensorstore; the
+references are read back with tensorstore when it is installed, else with
+zarr-python.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from typing import Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+import damacy
+
+import support
+from refdata import assert_batch
+
+BOX = (8, 12, 10)
+SHAPE = (24, 30, 26)
+
+
+@pytest.fixture(scope="module")
+def torch():
+    """torch with CUDA, and a serving binary (in DAMACY_BINARY)."""
+    why = ""
+    try:
+        import torch as t
+    except ImportError as e:
+        t, why = None, f"torch is not installed ({e})"
+    if t is not None and not t.cuda.is_available():
+        why = "torch sees no CUDA device"
+    if why:
+        support.skip_or_fail(why, "DAMACY_REQUIRE_GPU")
+    path, why = support.serve_binary()
+    if path is None:
+        support.skip_or_fail(why, "DAMACY_REQUIRE_GPU")
+    old = os.environ.get("DAMACY_BINARY")
+    os.environ["DAMACY_BINARY"] = path
+    yield t
+    if old is None:
+        del os.environ["DAMACY_BINARY"]
+    else:
+        os.environ["DAMACY_BINARY"] = old
+
+
+def write_array(path: str, data: np.ndarray, codec: str) -> None:
+    """A zarr v3 array with chunks (4, 6, 5) in shards (8, 12, 10)."""
+    try:
+        import zarr
+        import zarr.codecs as zc
+    except ImportError:
+        zarr = None
+    if zarr is not None:
+        compressor = zc.ZstdCodec(level=3) if codec == "zstd" else zc.BloscCodec(cname="lz4", shuffle="shuffle")
+        arr = zarr.create_array(store=path, shape=data.shape, chunks=(4, 6, 5), shards=(8, 12, 10),
+                                dtype=data.dtype, compressors=compressor, fill_value=0)
+        arr[:] = data
+        return
+    import tensorstore as ts
+
+    compressor = (
+        {"name": "zstd", "configuration": {"level": 3, "checksum": False}}
+        if codec == "zstd"
+        else {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": data.dtype.itemsize, "blocksize": 0}}
+    )
+    spec = {
+        "driver": "zarr3",
+        "kvstore": {"driver": "file", "path": path},
+        "metadata": {
+            "shape": list(data.shape),
+            "data_type": data.dtype.name,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8, 12, 10]}},
+            "chunk_key_encoding": {"name": "default"},
+            "fill_value": 0,
+            "codecs": [{
+                "name": "sharding_indexed",
+                "configuration": {
+                    "chunk_shape": [4, 6, 5],
+                    "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, compressor],
+                    "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+                },
+            }],
+        },
+        "create": True,
+        "delete_existing": True,
+    }
+    ts.open(spec).result().write(data).result()
+
+
+def read_box(path: str, box: List[Tuple[int, int]]) -> np.ndarray:
+    """The box (which may reach outside the array, fill 0) as float32."""
+    try:
+        import tensorstore as ts
+
+        arr = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": path}}).result()
+        shape = arr.shape
+
+        def read(region):
+            return arr[region].read().result()
+    except ImportError:
+        import zarr
+
+        z = zarr.open_array(path, mode="r")
+        shape = z.shape
+
+        def read(region):
+            return z[region]
+
+    out = np.zeros(tuple(b - a for a, b in box), np.float32)
+    inner = tuple(slice(max(a, 0), min(b, n)) for (a, b), n in zip(box, shape))
+    if all(s.stop > s.start for s in inner):
+        out[tuple(slice(s.start - a, s.stop - a) for s, (a, _) in zip(inner, box))] = read(inner).astype(np.float32)
+    return out
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> Dict[str, str]:
+    root = tmp_path_factory.mktemp("gpu-stores")
+    rng = np.random.default_rng(11)
+    out = {}
+    u16 = rng.integers(0, 65535, size=SHAPE, dtype=np.uint16)
+    f32 = rng.normal(0, 100, size=SHAPE).astype(np.float32)
+    f32.reshape(-1)[rng.choice(f32.size, 4, replace=False)] = np.nan
+    for name, data, codec in [("u16", u16, "zstd"), ("f32", f32, "blosc")]:
+        path = str(root / f"{name}.zarr")
+        write_array(path, data, codec)
+        out[name] = path
+    return out
+
+
+def boxes(n: int, seed: int) -> List[List[Tuple[int, int]]]:
+    rng = np.random.default_rng(seed)
+    return [[(a, a + e) for a, e in ((int(rng.integers(-3, s - e + 4)), e) for s, e in zip(SHAPE, BOX))] for _ in range(n)]
+
+
+def samples_of(stores: Dict[str, str], n: int, seed: int) -> List[damacy.Sample]:
+    out = []
+    for i, box in enumerate(boxes(n, seed)):
+        out.append(damacy.Sample(stores["u16" if i % 2 else "f32"], box))
+    return out
+
+
+def cfg(dtype: str, device, **kw) -> damacy.Config:
+    base = dict(batch_size=4, host_buffer_bytes=64 << 20, device_buffer_bytes=64 << 20, dtype=dtype,
+                device=device, max_chunk_uncompressed_bytes=1 << 20, lookahead_batches=4)
+    base.update(kw)
+    return damacy.Config(**base)
+
+
+def as_numpy(torch, x) -> np.ndarray:
+    """A CUDA tensor on the host: float32, or bfloat16 bits as uint16."""
+    if x.dtype == torch.bfloat16:
+        return x.view(torch.int16).cpu().numpy().view(np.uint16)
+    return x.cpu().numpy()
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_torch_batches_equal_the_host_engine_and_tensorstore(torch, stores, dtype):
+    samples = samples_of(stores, 10, seed=1)  # 4, 4, 2
+    device = torch.cuda.current_device()
+    host = []
+    with damacy.Pipeline(cfg(dtype, "cpu")) as p:
+        p.push(samples)
+        p.flush()
+        for b in p.batches(3):
+            with b:
+                host.append(b.numpy().copy())
+    with damacy.Pipeline(cfg(dtype, device)) as p:
+        assert p.server_info["engine"] == "cuda"
+        p.push(samples)
+        p.flush()
+        at = 0
+        for k, b in enumerate(p.batches(3)):
+            with b as t:
+                assert t.__dlpack_device__() == (2, device)
+                x = torch.from_dlpack(t)
+                assert x.device == torch.device("cuda", device)
+                assert x.dtype == (torch.bfloat16 if dtype == "bf16" else torch.float32)
+                assert tuple(x.shape) == (host[k].shape[0],) + BOX
+                assert x.data_ptr() == t.info.device_ptr
+                got = as_numpy(torch, x)
+                np.testing.assert_array_equal(got, host[k])  # bitwise, NaN included
+                np.testing.assert_array_equal(t.numpy(), host[k])  # the CUDA engine's copy out
+                want = np.stack([read_box(s.uri, list(s.aabb)) for s in samples[at : at + got.shape[0]]])
+                assert_batch(got, want, bf16=(dtype == "bf16"))
+                at += got.shape[0]
+                del x
+
+
+def test_release_after_a_stream(torch, stores):
+    samples = samples_of(stores, 24, seed=2)
+    device = torch.cuda.current_device()
+    with damacy.Pipeline(cfg("f32", device, batch_slots=2)) as p:
+        p.push(samples)
+        stream = torch.cuda.Stream()
+        results = []
+        for k, b in enumerate(p.batches(6)):
+            with torch.cuda.stream(stream):
+                x = torch.from_dlpack(b)  # stream waits for the batch
+                for _ in range(20):  # keep the stream busy while the next batches come
+                    x = x * 1.0
+                results.append(x * 2)
+            b.release(stream)  # the slot is reused only after this work
+        torch.cuda.synchronize()
+        for k, y in enumerate(results):
+            want = np.stack([read_box(s.uri, list(s.aabb)) for s in samples[4 * k : 4 * k + 4]])
+            np.testing.assert_array_equal(y.cpu().numpy(), want * 2)
+
+
+def test_stream_handshake_and_capsule_versions(torch, stores):
+    samples = samples_of(stores, 4, seed=3)
+    device = torch.cuda.current_device()
+    from torch.utils import dlpack as torch_dlpack
+
+    with damacy.Pipeline(cfg("f32", device)) as p:
+        p.push(samples)
+        with p.pop() as b:
+            want = np.stack([read_box(s.uri, list(s.aabb)) for s in samples])
+            stream = torch.cuda.current_stream().cuda_stream
+            for kwargs in [dict(stream=stream, max_version=(1, 0)), dict(stream=None), dict(stream=2), dict(stream=-1)]:
+                if kwargs["stream"] == -1:
+                    torch.cuda.synchronize()  # the earlier exports made the batch ready here
+                x = torch_dlpack.from_dlpack(b.__dlpack__(**kwargs))  # a raw capsule: v1 or v0
+                np.testing.assert_array_equal(x.cpu().numpy(), want)
+                del x
+
+
+def test_capsule_outlives_the_batch(torch, stores):
+    samples = samples_of(stores, 16, seed=4)
+    device = torch.cuda.current_device()
+    with damacy.Pipeline(cfg("f32", device, batch_slots=2)) as p:
+        p.push(samples)
+        b = p.pop()
+        x = torch.from_dlpack(b)
+        b.release()
+        del b
+        gc.collect()
+        second = p.pop()  # the other slot
+        result = {}
+        t = threading.Thread(target=lambda: result.setdefault("b", p.pop()))
+        t.start()
+        t.join(1.5)
+        assert t.is_alive(), "a third batch came while x and the second batch held both slots"
+        want = np.stack([read_box(s.uri, list(s.aabb)) for s in samples[:4]])
+        np.testing.assert_array_equal(x.cpu().numpy(), want)  # not overwritten
+        del x
+        gc.collect()
+        t.join(30)
+        assert not t.is_alive(), "the slot did not come back after the tensor died"
+        second.release()
+        result["b"].release()
+
+
+BARE = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import damacy
+    spec = json.loads(sys.argv[1])
+    cfg = damacy.Config(batch_size=2, host_buffer_bytes=64 << 20, device_buffer_bytes=64 << 20,
+                        max_chunk_uncompressed_bytes=1 << 20, device=spec["device"])
+    with damacy.Pipeline(cfg) as p:
+        assert "torch" not in sys.modules
+        p.push(damacy.Sample(u, b) for u, b in spec["samples"])
+        with p.pop() as b:
+            assert b.__dlpack_device__()[0] == 2
+            np.save(spec["out"], b.numpy())
+    """
+)
+
+
+def test_cuda_engine_without_torch(torch, stores, tmp_path):
+    samples = samples_of(stores, 2, seed=5)
+    spec = {
+        "device": torch.cuda.current_device(),
+        "samples": [[s.uri, [list(r) for r in s.aabb]] for s in samples],
+        "out": str(tmp_path / "batch.npy"),
+    }
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    run = subprocess.run([sys.executable, "-c", BARE, json.dumps(spec)], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    want = np.stack([read_box(s.uri, list(s.aabb)) for s in samples])
+    np.testing.assert_array_equal(np.load(spec["out"]), want)
+
+
+def test_device_is_named_by_uuid(torch):
+    device = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(device)
+    with damacy.Pipeline(cfg("f32", None)) as p:  # torch is imported: its current device
+        info = p.server_info["device"]
+        assert p.server_info["engine"] == "cuda"
+        if hasattr(props, "uuid"):
+            assert info["uuid"] == f"GPU-{props.uuid}"
+        assert info["name"] == props.name

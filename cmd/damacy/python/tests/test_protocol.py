@@ -1,0 +1,437 @@
+"""The client against an in-process fake server: framing, descriptors,
+lazy pushes, pending, flush, pops, releases, errors, logs, stats, close."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import struct
+import threading
+
+import numpy as np
+import pytest
+
+import damacy
+from damacy._protocol import MAX_FRAME, FrameDecoder, ProtocolError, encode, fd_count
+
+from refdata import assert_batch, pattern
+from support import config, sample, wait_until
+
+
+# Framing.
+
+
+def test_frames_round_trip_in_pieces():
+    frames = encode({"id": 1, "op": "pop"}) + encode({"op": "log", "msg": "é"})
+    d = FrameDecoder()
+    got = []
+    for i in range(len(frames)):  # one byte at a time
+        got += d.feed(frames[i : i + 1])
+    assert got == [{"id": 1, "op": "pop"}, {"op": "log", "msg": "é"}]
+    assert not d.partial
+    assert frames[:4] == struct.pack("<I", len(encode({"id": 1, "op": "pop"})) - 4)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (struct.pack("<I", 0), "frame of 0 bytes"),
+        (struct.pack("<I", MAX_FRAME + 1), f"frame of {MAX_FRAME + 1} bytes"),
+        (struct.pack("<I", 3) + b"{x}", "not JSON"),
+        (struct.pack("<I", 2) + b"[]", "not an object"),
+    ],
+)
+def test_bad_frames(data, message):
+    with pytest.raises(ProtocolError, match=message):
+        FrameDecoder().feed(data)
+
+
+def test_fd_count():
+    assert fd_count({"id": 1}) == 0
+    assert fd_count({"id": 1, "fds": 2}) == 2
+    with pytest.raises(ProtocolError):
+        fd_count({"fds": -1})
+
+
+# Session basics.
+
+
+def test_hello_sends_the_config_and_device(fake):
+    with damacy.Pipeline(config(dtype="bf16", sample_shape=(2, 3), batch_slots=3)) as p:
+        hello = fake.last.received[0]
+        assert hello["op"] == "hello" and hello["version"] == 1 and isinstance(hello["id"], int)
+        assert hello["device"] == {"kind": "cpu"}
+        assert hello["config"] == {
+            "batch_size": 3, "host_buffer_bytes": 1 << 20, "device_buffer_bytes": 1 << 20, "dtype": "bf16",
+            "lookahead_batches": 2, "n_io_threads": 4, "n_compute_threads": 0, "n_zarrs_meta_cache": 64,
+            "n_shards_meta_cache": 256, "max_chunk_uncompressed_bytes": 0, "max_gpu_memory_bytes": 0,
+            "max_bytes_per_element": 0, "sample_shape": [2, 3], "batch_slots": 3,
+        }
+        info = p.server_info
+        assert info["engine"] == "host" and info["slots"] == 2 and info["pid"] == os.getpid()
+        assert "engine=host" in repr(p)
+    assert fake.last.received[-1]["op"] == "close"
+
+
+def test_batches_in_order_with_descriptors_sent_once(fake):
+    fds_before = len(os.listdir("/proc/self/fd"))
+    with damacy.Pipeline(config()) as p:
+        p.push(sample(i) for i in range(12))
+        got = []
+        for b in p.batches(4):
+            with b:
+                info = b.info
+                assert info.shape == (3, 2, 3, 4) and info.dtype is damacy.Dtype.F32
+                assert info.ready_stream == 0 and info.device_ptr != 0
+                got.append(b.numpy().copy())
+        assert fake.last.fd_batches == [0, 1]  # one memfd per slot, with its first batch
+        for k, arr in enumerate(got):
+            want = np.stack([pattern("mem://a", sample(3 * k + j).aabb) for j in range(3)])
+            assert_batch(arr, want, bf16=False)
+        wait_until(lambda: len(fake.last.releases) == 4)
+        assert [r["batch"] for r in fake.last.releases] == [0, 1, 2, 3]
+    fake.last.join()
+    assert len(os.listdir("/proc/self/fd")) <= fds_before  # sockets, memfds and mappings closed
+
+
+def test_bf16_batches(fake):
+    with damacy.Pipeline(config(dtype="bf16")) as p:
+        p.push([sample(0), sample(1), sample(2)])
+        with p.pop() as b:
+            assert b.info.dtype is damacy.Dtype.BF16
+            bits = b.numpy()
+            assert bits.dtype == np.uint16
+            want = np.stack([pattern("mem://a", sample(j).aabb) for j in range(3)])
+            assert_batch(bits, want, bf16=True)
+
+
+# Laziness, pending, flush.
+
+
+def test_infinite_generator_is_pulled_lazily(fake):
+    pulled = itertools.count()
+
+    def forever():
+        for i in itertools.count():
+            next(pulled)
+            yield sample(i)
+
+    cfg = config(batch_size=3, lookahead_batches=2)
+    window = cfg.lookahead_batches * cfg.batch_size
+    with damacy.Pipeline(cfg) as p:
+        p.push(forever())
+        n = next(pulled)  # items pulled so far (+1 for this call)
+        assert n == window
+        for k in range(1, 6):
+            with p.pop() as b:
+                assert b.info.shape[0] == 3
+            n = next(pulled) - k
+            assert n <= window + (k + 1) * cfg.batch_size + 1, (k, n)
+        assert p.pending
+
+
+def test_pending_and_unconsumed_tail(fake):
+    with damacy.Pipeline(config(batch_size=2, lookahead_batches=2)) as p:
+        items = iter([sample(i) for i in range(9)])
+        p.push(items)
+        assert p.pending  # 4 sent, 5 left in the iterator
+        assert len(list(items)) == 4  # one was pulled ahead by pending; the rest stayed
+        for _ in range(2):
+            p.pop().release()
+        assert not p.pending  # the ahead item went with the pops' top-up
+        p.flush()
+        with p.pop() as b:
+            assert b.info.shape[0] == 1  # the ragged batch
+
+
+def pop_all(p, n):
+    """The first values of n popped batches' samples, and their sizes."""
+    values, sizes = [], []
+    for b in p.batches(n):
+        with b:
+            sizes.append(b.info.shape[0])
+            values.extend(b.numpy()[:, 0, 0, 0].tolist())
+    return values, sizes
+
+
+def firsts(indices):
+    return [float(pattern("mem://a", sample(i).aabb)[0, 0, 0]) for i in indices]
+
+
+def test_flush_emits_a_ragged_last_batch(fake):
+    with damacy.Pipeline(config(batch_size=3)) as p:
+        p.push([sample(i) for i in range(5)])
+        p.flush()
+        p.flush()  # idempotent
+        b = p.pop()
+        want = np.stack([pattern("mem://a", sample(j).aabb) for j in range(3)])
+        assert_batch(b.numpy(), want, bf16=False)
+        b.release()
+        with p.pop() as b:
+            assert b.info.shape == (2, 2, 3, 4)
+            want = np.stack([pattern("mem://a", sample(j).aabb) for j in range(3, 5)])
+            assert_batch(b.numpy(), want, bf16=False)
+        with pytest.raises(damacy.TryAgain, match="no batch can complete"):
+            p.pop()
+
+
+def test_flush_covers_what_was_taken_the_rest_stays_pending(fake):
+    # 7 samples, a window of 6: flush covers the 6 taken; the 7th stays
+    # pending (never dropped) and a later flush emits it.
+    with damacy.Pipeline(config(batch_size=3, lookahead_batches=2)) as p:
+        p.push([sample(i) for i in range(7)])
+        p.flush()
+        values, sizes = pop_all(p, 2)
+        assert sizes == [3, 3] and values == firsts(range(6))
+        assert not p.pending  # the 7th went to the server with the last pop's top-up
+        p.flush()
+        values, sizes = pop_all(p, 1)
+        assert sizes == [1] and values == firsts([6])
+
+
+def test_flush_never_drops_samples_of_an_infinite_generator(fake):
+    def forever():
+        for i in itertools.count():
+            yield sample(i)
+
+    with damacy.Pipeline(config(batch_size=4, lookahead_batches=2)) as p:
+        p.push(forever())
+        p.push([sample(1000)])  # queued behind the generator: never reached
+        p.flush()
+        values, sizes = pop_all(p, 4)
+        assert sizes == [4, 4, 4, 4] and values == firsts(range(16))
+
+
+def test_pop_without_enough_samples_raises_try_again(fake):
+    with damacy.Pipeline(config(batch_size=3)) as p:
+        with pytest.raises(damacy.TryAgain) as e:
+            p.pop()
+        assert e.value.status is damacy.Status.AGAIN and e.value.what == "pop"
+        p.push([sample(0), sample(1)])
+        with pytest.raises(damacy.TryAgain, match="2 sample"):
+            p.pop()
+        p.flush()
+        with p.pop() as b:
+            assert b.info.shape[0] == 2
+
+
+# Errors.
+
+
+def test_push_error_names_the_index_and_drops_the_iterator(fake):
+    with damacy.Pipeline(config(batch_size=2)) as p:
+        p.push([sample(0)])
+        bad = [sample(1), sample(2), damacy.Sample("missing.zarr", sample(3).aabb), sample(4)]
+        with pytest.raises(damacy.NotFound) as e:
+            p.push(bad)
+        assert e.value.index == 2 and e.value.what == "push" and "missing.zarr" in str(e.value)
+        assert e.value.status is damacy.Status.NOTFOUND
+        p.flush()
+        firsts = []
+        for b in p.batches(2):
+            with b:
+                firsts.append(b.info.shape[0])
+        assert firsts == [2, 1]  # samples 0, 1, 2; not 4
+        assert fake.last.pushed == 3
+
+
+def test_rank_mismatch_from_a_later_pop(fake):
+    def samples():
+        for i in range(8):
+            yield sample(i)
+        yield damacy.Sample("mem://a", [(0, 2), (0, 3)])
+
+    with damacy.Pipeline(config(batch_size=2, lookahead_batches=2)) as p:
+        p.push(samples())
+        popped = 0
+        with pytest.raises(damacy.RankMismatch) as e:
+            for _ in range(5):
+                p.pop().release()
+                popped += 1
+        assert e.value.index == 8
+        assert popped == 2  # the third pop's top-up reached the bad sample
+        for b in p.batches(2):  # what was accepted still comes out
+            b.release()
+
+
+def test_not_a_sample_ends_the_iterable(fake):
+    with damacy.Pipeline(config(batch_size=2)) as p:
+        with pytest.raises(TypeError, match="item 1 of the iterable is a dict"):
+            p.push([sample(0), {"uri": "x"}, sample(1)])
+        with pytest.raises(TypeError, match="wrap a single sample"):
+            p.push(sample(0))  # type: ignore[arg-type]
+        p.flush()
+        with p.pop() as b:
+            assert b.info.shape[0] == 1
+
+
+def test_generator_exception_propagates_after_its_samples(fake):
+    def broken():
+        yield sample(0)
+        raise KeyError("generator bug")
+
+    with damacy.Pipeline(config(batch_size=1)) as p:
+        with pytest.raises(KeyError):
+            p.push(broken())
+        with p.pop() as b:
+            assert b.info.shape[0] == 1
+
+
+def test_failed_batch_raises_and_the_pipeline_goes_on(fake):
+    with damacy.Pipeline(config(batch_size=2, lookahead_batches=2)) as p:
+        p.push([sample(0), damacy.Sample("corrupt.zarr", sample(1).aabb)] + [sample(i) for i in range(2, 10)])
+        with pytest.raises(damacy.DecodeError, match="corrupt.zarr"):
+            p.pop()
+        for b in p.batches(4):  # the accounting recovered: everything else comes out
+            with b:
+                assert b.info.shape[0] == 2
+        with pytest.raises(damacy.TryAgain):
+            p.pop()
+
+
+# Releases and lifetimes.
+
+
+def test_release_from_another_thread_wakes_a_blocked_pop(fake):
+    with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
+        p.push(sample(i) for i in range(10))
+        a, b = p.pop(), p.pop()  # both slots held
+        result = {}
+
+        def pop():
+            result["batch"] = p.pop()
+
+        t = threading.Thread(target=pop)
+        t.start()
+        t.join(0.3)
+        assert t.is_alive()  # no free slot: the pop waits
+        threading.Thread(target=a.release).start()
+        t.join(5)
+        assert not t.is_alive() and result["batch"].info.batch_id == 2
+        b.release()
+        result["batch"].release()
+
+
+def test_release_is_idempotent_and_info_raises_after(fake):
+    with damacy.Pipeline(config(batch_size=1)) as p:
+        p.push([sample(0)])
+        b = p.pop()
+        b.release()
+        b.release()
+        with b:
+            pass
+        with pytest.raises(damacy.InvalidArgument, match="was released"):
+            b.info
+        with pytest.raises(damacy.InvalidArgument):
+            b.__dlpack__()
+        assert "released" in repr(b)
+        wait_until(lambda: len(fake.last.releases) == 1)
+        assert fake.last.releases == [{"op": "release", "batch": 0}]
+
+
+def test_garbage_collected_batch_is_released(fake):
+    with damacy.Pipeline(config(batch_size=1)) as p:
+        p.push([sample(0)])
+        p.pop()  # dropped at once
+        wait_until(lambda: len(fake.last.releases) == 1, what="the release of a dropped batch")
+
+
+# Server death, close.
+
+
+def test_server_death_fails_a_blocked_pop(fake):
+    p = damacy.Pipeline(config(batch_size=2))
+    p.push([sample(0), sample(1)])
+    fake.last.pop_gate.clear()
+    threading.Timer(0.3, fake.last.die).start()
+    with pytest.raises(damacy.ShutdownError) as e:
+        p.pop()
+    assert e.value.what == "pop" and "closed the connection" in str(e.value)
+    with pytest.raises(damacy.ShutdownError):
+        p.push([sample(2)])
+    p.close()
+    p.close()
+
+
+def test_close_is_idempotent_and_later_calls_raise(fake):
+    p = damacy.Pipeline(config(batch_size=1))
+    p.push([sample(0)])
+    b = p.pop()
+    p.close()
+    p.close()
+    for call in (lambda: p.push([sample(1)]), p.pop, p.flush, lambda: p.pending, p.stats, p.stats_reset):
+        with pytest.raises(damacy.ShutdownError, match="closed"):
+            call()
+    b.release()  # harmless after close
+    assert "closed" in repr(p)
+
+
+def test_close_wakes_a_pop_in_another_thread(fake):
+    p = damacy.Pipeline(config(batch_size=2))
+    p.push([sample(0), sample(1)])
+    fake.last.pop_gate.clear()
+    errors = []
+
+    def pop():
+        try:
+            p.pop()
+        except damacy.ShutdownError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=pop)
+    t.start()
+    wait_until(lambda: any(m.get("op") == "pop" for m in fake.last.received))
+    p.close()
+    t.join(5)
+    assert not t.is_alive() and len(errors) == 1
+
+
+def test_garbage_collected_pipeline_closes_its_server(fake):
+    p = damacy.Pipeline(config())
+    server = fake.last
+    del p
+    wait_until(lambda: any(m.get("op") == "close" for m in server.received), what="close on collection")
+
+
+def test_hello_error_fails_construction(fake, monkeypatch):
+    import damacy._pipeline
+
+    monkeypatch.setattr(damacy._pipeline, "VERSION", 2)  # a version the fake does not speak
+    with pytest.raises(damacy.InvalidArgument) as e:
+        damacy.Pipeline(config())
+    assert e.value.what == "create" and "version 2" in str(e.value)
+    wait_until(lambda: fake.last.closed, what="the failed server's end")
+
+
+# Logs, stats.
+
+
+def test_server_logs_go_to_logging(fake, caplog):
+    caplog.set_level(logging.DEBUG, logger="damacy")
+    with damacy.Pipeline(config()):
+        wait_until(lambda: any("fake server ready" in r.getMessage() for r in caplog.records))
+    record = next(r for r in caplog.records if "fake server ready" in r.getMessage())
+    assert record.name == "damacy" and record.levelno == logging.WARNING
+    assert record.damacy_attrs == {"slots": 2} and "slots=2" in record.getMessage()
+
+
+def test_set_log_level_reaches_live_and_new_servers(fake):
+    with damacy.Pipeline(config()) as p:
+        damacy.set_log_level(1)
+        assert fake.last.log_level == 1
+        with damacy.Pipeline(config()):
+            assert fake.last.log_level == 1
+            assert [m["level"] for m in fake.last.received if m.get("op") == "set_log_level"] == [1]
+        damacy.set_log_level(3)
+        assert p.config.batch_size == 3
+
+
+def test_stats(fake):
+    with damacy.Pipeline(config()) as p:
+        st = p.stats()
+        assert isinstance(st, damacy.Stats)
+        assert st.plan == damacy.Metric("plan", 1.5, 0.5, 10.0, 20.0, 3)
+        assert st.engine == "host" and st.decoder == "cpu"
+        p.stats_reset()
+        assert fake.last.received[-1]["op"] == "stats_reset"
