@@ -114,7 +114,9 @@ func TestIPCEventHandleByValue(t *testing.T) {
 	bindStandin(t, h, "cuIpcOpenEventHandle", &d.cuIpcOpenEventHandle)
 	var got func(handle *byte)
 	bindStandin(t, h, "standin_ipc_event", &got)
-	r := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 3))
 	for range 10 {
 		var handle IPCEventHandle
 		for i := range handle.Reserved {

@@ -16,6 +16,7 @@ import (
 	"github.com/damacy-go/damacy/dlpack"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/writer"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // requireGPUsEnv, set to a count, makes TestTwoGPUs fail instead of skip
@@ -40,8 +41,7 @@ func TestTwoGPUs(t *testing.T) {
 		t.Skipf("%d GPU(s): needs 2", n)
 	}
 	dir := t.TempDir()
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 15))
 	var paths []string
 	for i := range 4 {

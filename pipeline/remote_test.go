@@ -17,6 +17,7 @@ import (
 	"github.com/damacy-go/damacy/zarr/remote"
 	"github.com/damacy-go/damacy/zarr/remote/remotetest"
 	"github.com/damacy-go/damacy/zarr/writer"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // remoteCases are the arrays of the object-store tests: several codecs,
@@ -153,8 +154,7 @@ func TestRemoteMinIO(t *testing.T) {
 	m := remotetest.StartMinIO(t)
 	m.CreateBucket(t, "data")
 	dir := t.TempDir()
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	names := writeRemoteCases(t, dir, seed)
 	m.Upload(t, dir, "s3://data/sets/one")
 	cfg := remoteConfig()
@@ -179,8 +179,7 @@ func TestRemoteMinIO(t *testing.T) {
 // TestRemoteHTTP: the same over http:// and https:// from Go's file server.
 func TestRemoteHTTP(t *testing.T) {
 	dir := t.TempDir()
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	names := writeRemoteCases(t, dir, seed)
 	cfg := remoteConfig()
 	samples := remoteSamples(t, dir, names, cfg.SampleShape, 36, seed)
@@ -198,8 +197,7 @@ func TestRemoteHTTP(t *testing.T) {
 // reads as fill; a server slower than the deadline fails, without hanging.
 func TestRemoteFaults(t *testing.T) {
 	dir := t.TempDir()
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	names := writeRemoteCases(t, dir, seed)
 	cfg := remoteConfig()
 	samples := remoteSamples(t, dir, names, cfg.SampleShape, 24, seed)

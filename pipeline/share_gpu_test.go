@@ -19,6 +19,7 @@ import (
 	"github.com/damacy-go/damacy/cuda/cudatest"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/writer"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // shareChildEnv marks the child process of TestGPUShareIPC.
@@ -145,8 +146,7 @@ func TestGPUShareIPC(t *testing.T) {
 	dir := t.TempDir()
 	sc := storeCase{name: "u16", spec: writer.Spec{Shape: []int64{40, 48, 36}, ChunkShape: []int64{8, 16, 12}, ShardShape: []int64{16, 16, 36},
 		DataType: zarr.Uint16, Compression: writer.Compression{Codec: writer.Zstd, Level: 3}}}
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := zarrtest.Seed(t)
 	path := writeCase(t, dir, sc, seed)
 	rng := rand.New(rand.NewPCG(seed, 9))
 	ext := []int{7, 9, 10}
@@ -155,7 +155,7 @@ func TestGPUShareIPC(t *testing.T) {
 		samples = append(samples, Sample{URI: path, Box: randomBox(rng, sc.spec.Shape, ext)})
 	}
 	pipe := func(device string) *Pipeline {
-		p, err := New(Config{BatchSize: 4, SampleShape: ext, BatchSlots: 2, Device: device, HostBufferBytes: 8 << 20, DeviceBufferBytes: 4 << 20, MaxChunkBytes: 1 << 20})
+		p, err := New(Config{BatchSize: 4, SampleShape: ext, BatchSlots: 2, Device: device, HostBufferBytes: 32 << 20, DeviceBufferBytes: 4 << 20, MaxChunkBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
