@@ -20,7 +20,7 @@ error): the callbacks take it out first, do their work, and hand it to
 from __future__ import annotations
 
 import ctypes
-from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 __all__ = [
     "kDLCPU",
@@ -125,7 +125,7 @@ _UNCONSUMED = (b"dltensor", b"dltensor_versioned")
 
 
 
-def _capi(name: str, restype: object, argtypes: Tuple[object, ...]) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+def _capi(name: str, restype: Any, argtypes: Tuple[Any, ...]) -> Any:
     """A private function object for a C API function: ctypes.pythonapi.X
     is shared with every other user of ctypes, who may change its types."""
     fn = ctypes.pythonapi[name]

@@ -129,7 +129,7 @@ def run_and_compare(stores, dtype: str, batch_size: int, n_per_array: int) -> No
     rng = np.random.default_rng(int(time.time() * 1000) % (1 << 32))
     wanted = []
     samples = []
-    for name, (path, _, fill) in stores.items():
+    for path, _, fill in stores.values():
         for box in random_boxes(rng, n_per_array):
             samples.append(damacy.Sample(uri=path, aabb=box))
             wanted.append(reference(path, box, fill))

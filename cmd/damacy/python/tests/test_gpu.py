@@ -205,7 +205,7 @@ def test_release_after_a_stream(torch, stores):
         p.push(samples)
         stream = torch.cuda.Stream()
         results = []
-        for k, b in enumerate(p.batches(6)):
+        for b in p.batches(6):
             with torch.cuda.stream(stream):
                 x = torch.from_dlpack(b)  # stream waits for the batch
                 for _ in range(20):  # keep the stream busy while the next batches come

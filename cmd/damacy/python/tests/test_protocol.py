@@ -322,7 +322,7 @@ def test_release_is_idempotent_and_info_raises_after(fake):
         with b:
             pass
         with pytest.raises(damacy.InvalidArgument, match="was released"):
-            b.info
+            _ = b.info
         with pytest.raises(damacy.InvalidArgument):
             b.__dlpack__()
         assert "released" in repr(b)
