@@ -87,13 +87,15 @@ SCRIPT = textwrap.dedent(
     print(p.server_info["pid"], flush=True)
     sys.stdin.readline()  # the test has seen the server
     if sys.argv[1] == "exit":
-        os._exit(0)
+        os._exit(0)  # no atexit: the server sees the socket's end
+    if sys.argv[1] == "return":
+        sys.exit(0)  # the pipeline is closed at interpreter exit
     time.sleep(60)
     """
 )
 
 
-@pytest.mark.parametrize("how", ["exit", "sigkill"])
+@pytest.mark.parametrize("how", ["return", "exit", "sigkill"])
 def test_no_orphan_server_when_the_client_dies(fake_binary, tmp_path, how):
     script = tmp_path / "client.py"
     script.write_text(SCRIPT.format(tests=HERE))
@@ -109,6 +111,8 @@ def test_no_orphan_server_when_the_client_dies(fake_binary, tmp_path, how):
             child.stdin.write(b"go\n")
             child.stdin.flush()
         child.wait(30)
+        if how == "return":
+            assert gone(server)  # closed, and waited for, before the interpreter ended
         wait_until(lambda: gone(server), timeout=10, what=f"server {server} to exit")
     finally:
         child.kill()
