@@ -32,6 +32,8 @@ func TestStructLayout(t *testing.T) {
 		{"offsetof(maxSize)", unsafe.Offsetof(p.maxSize), 24},
 		{"offsetof(usage)", unsafe.Offsetof(p.usage), 32},
 		{"sizeof(CUipcMemHandle)", unsafe.Sizeof(IPCMemHandle{}), 64},
+		{"sizeof(CUipcEventHandle)", unsafe.Sizeof(IPCEventHandle{}), 64},
+		{"sizeof(CUuuid)", unsafe.Sizeof(UUID{}), 16},
 		{"sizeof(CUdevice)", unsafe.Sizeof(Device(0)), 4},
 		{"sizeof(CUresult)", unsafe.Sizeof(Result(0)), 4},
 		{"sizeof(CUjit_option)", unsafe.Sizeof(jitOption(0)), 4},
@@ -98,6 +100,32 @@ func TestIPCHandleByValue(t *testing.T) {
 		got(&back[0], &backFlags)
 		if back != handle.Reserved || backFlags != uint32(flags) {
 			t.Fatalf("C received handle %x flags %#x; sent %x flags %#x", back, backFlags, handle.Reserved, flags)
+		}
+	}
+}
+
+// TestIPCEventHandleByValue passes a 64-byte event handle by value, as
+// cuIpcOpenEventHandle takes it, to a C function with that prototype.
+func TestIPCEventHandleByValue(t *testing.T) {
+	h := standin(t)
+	var d driver
+	bindStandin(t, h, "cuIpcOpenEventHandle", &d.cuIpcOpenEventHandle)
+	var got func(handle *byte)
+	bindStandin(t, h, "standin_ipc_event", &got)
+	r := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	for range 10 {
+		var handle IPCEventHandle
+		for i := range handle.Reserved {
+			handle.Reserved[i] = byte(r.Uint32())
+		}
+		var e Event
+		if res := d.cuIpcOpenEventHandle(&e, handle); res != CUDA_SUCCESS || e != 0x5eed0e7e17 {
+			t.Fatalf("stand-in returned %v, %#x", res, e)
+		}
+		var back [64]byte
+		got(&back[0])
+		if back != handle.Reserved {
+			t.Fatalf("C received handle %x; sent %x", back, handle.Reserved)
 		}
 	}
 }

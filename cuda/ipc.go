@@ -65,3 +65,43 @@ func CloseIPCMemHandle(p *DevicePtr) error {
 	*p = 0
 	return nil
 }
+
+// IPCEventHandle mirrors CUipcEventHandle in cuda.h: 64 opaque bytes that
+// let another process use an event made with EventInterprocess. Like
+// IPCMemHandle it is plain data.
+type IPCEventHandle struct {
+	_        structs.HostLayout
+	Reserved [64]byte // char reserved[CU_IPC_HANDLE_SIZE]
+}
+
+// IPCHandle returns a handle that another process can open to wait on the
+// event; e must have been created with EventInterprocess and
+// EventDisableTiming. The handle stays valid as long as the event exists,
+// whatever it is recorded on later. It wraps cuIpcGetEventHandle.
+func (e Event) IPCHandle() (IPCEventHandle, error) {
+	d, err := api()
+	if err != nil {
+		return IPCEventHandle{}, err
+	}
+	var h IPCEventHandle
+	if err := check("cuIpcGetEventHandle", d.cuIpcGetEventHandle(&h, e)); err != nil {
+		return IPCEventHandle{}, err
+	}
+	return h, nil
+}
+
+// OpenIPCEventHandle opens an event exported by another process into the
+// current context. The event can be waited on (Stream.WaitEvent,
+// Synchronize, Query) and recorded; Destroy it when done. It wraps
+// cuIpcOpenEventHandle, which takes the handle by value.
+func OpenIPCEventHandle(h IPCEventHandle) (Event, error) {
+	d, err := api()
+	if err != nil {
+		return 0, err
+	}
+	var e Event
+	if err := check("cuIpcOpenEventHandle", d.cuIpcOpenEventHandle(&e, h)); err != nil {
+		return 0, err
+	}
+	return e, nil
+}

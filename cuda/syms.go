@@ -26,6 +26,7 @@ type driver struct {
 	cuDeviceGetAttribute         func(v *int32, attr DeviceAttribute, dev Device) Result
 	cuDeviceTotalMem_v2          func(bytes *uintptr, dev Device) Result
 	cuDeviceGetPCIBusId          func(id *byte, n int32, dev Device) Result
+	cuDeviceGetUuid_v2           func(uuid *UUID, dev Device) Result
 	cuDevicePrimaryCtxRetain     func(ctx *Context, dev Device) Result
 	cuDevicePrimaryCtxRelease_v2 func(dev Device) Result
 
@@ -84,6 +85,8 @@ type driver struct {
 	cuIpcGetMemHandle     func(h *IPCMemHandle, p DevicePtr) Result
 	cuIpcOpenMemHandle_v2 func(p *DevicePtr, h IPCMemHandle, flags IPCMemFlags) Result
 	cuIpcCloseMemHandle   func(p DevicePtr) Result
+	cuIpcGetEventHandle   func(h *IPCEventHandle, e Event) Result
+	cuIpcOpenEventHandle  func(e *Event, h IPCEventHandle) Result
 
 	// Stream-ordered allocator (optional: nil when the driver lacks it).
 	cuMemAllocAsync           func(p *DevicePtr, bytes uintptr, s Stream) Result
@@ -116,6 +119,7 @@ func (d *driver) symbols() []symbol {
 		{"cuDeviceGetAttribute", &d.cuDeviceGetAttribute, false},
 		{"cuDeviceTotalMem_v2", &d.cuDeviceTotalMem_v2, false},
 		{"cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId, false},
+		{"cuDeviceGetUuid_v2", &d.cuDeviceGetUuid_v2, false},
 		{"cuDevicePrimaryCtxRetain", &d.cuDevicePrimaryCtxRetain, false},
 		{"cuDevicePrimaryCtxRelease_v2", &d.cuDevicePrimaryCtxRelease_v2, false},
 
@@ -169,6 +173,8 @@ func (d *driver) symbols() []symbol {
 		{"cuIpcGetMemHandle", &d.cuIpcGetMemHandle, false},
 		{"cuIpcOpenMemHandle_v2", &d.cuIpcOpenMemHandle_v2, false},
 		{"cuIpcCloseMemHandle", &d.cuIpcCloseMemHandle, false},
+		{"cuIpcGetEventHandle", &d.cuIpcGetEventHandle, false},
+		{"cuIpcOpenEventHandle", &d.cuIpcOpenEventHandle, false},
 
 		{"cuMemAllocAsync", &d.cuMemAllocAsync, true},
 		{"cuMemFreeAsync", &d.cuMemFreeAsync, true},

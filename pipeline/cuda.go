@@ -383,7 +383,12 @@ func (e *cudaEngine) reserve(shape []int) error {
 				return err
 			}
 			e.slotMem = append(e.slotMem, p)
-			ready, err := cuda.NewEvent(cuda.EventDisableTiming)
+			// Interprocess, so that Batch.Share can export it; a plain
+			// event where the driver refuses that (no CUDA IPC).
+			ready, err := cuda.NewEvent(cuda.EventDisableTiming | cuda.EventInterprocess)
+			if err != nil {
+				ready, err = cuda.NewEvent(cuda.EventDisableTiming)
+			}
 			if err != nil {
 				return err
 			}

@@ -49,6 +49,7 @@ type slot struct {
 
 	readyEvent cuda.Event  // CUDA engine: recorded when the batch is assembled
 	gpu        *cudaEngine // CUDA engine: for copies and releases
+	share      slotShare   // what another process needs to map the slot (Batch.Share)
 	mu         sync.Mutex
 	after      []afterEvent // consumer events the next assemble into the slot waits for
 

@@ -249,6 +249,7 @@ type hostEngine struct {
 	arena  []byte
 	pin    runtime.Pinner // keeps slot memory where DLPack consumers may see it
 	layout ptx.Layout
+	full   *ptx.Plan // the assemble plan of a full batch, made in reserve
 }
 
 func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
@@ -274,12 +275,25 @@ func (h *hostEngine) reserve(shape []int) error {
 	if err := h.layout.Validate(); err != nil {
 		return newError("new", ErrInvalid, "", err)
 	}
+	plan, err := ptx.NewPlan(h.layout)
+	if err != nil {
+		return newError("new", ErrInvalid, "", err)
+	}
+	h.full = plan
 	bytes := h.layout.Bytes()
 	slots := make([]*slot, h.cfg.BatchSlots)
 	for i := range slots {
-		buf := make([]byte, bytes)
+		// Shared memory (a memfd), so that Batch.Share can hand a slot to
+		// another process.
+		buf, fd, err := sharedMem("damacy-batch-slot", bytes)
+		if err != nil {
+			for _, s := range slots[:i] {
+				freeSharedMem(s.host, s.share.fd)
+			}
+			return newError("new", ErrOutOfMemory, "", err)
+		}
 		h.pin.Pin(&buf[0])
-		slots[i] = &slot{index: i, shape: append([]int64{int64(h.cfg.BatchSize)}, toInt64s(shape)...), dtype: h.cfg.Dtype, host: buf}
+		slots[i] = &slot{index: i, shape: append([]int64{int64(h.cfg.BatchSize)}, toInt64s(shape)...), dtype: h.cfg.Dtype, host: buf, share: slotShare{fd: fd}}
 	}
 	h.pool = newSlotPool(slots)
 	h.slabs = make(chan []byte, hostSlabs)
@@ -314,7 +328,12 @@ func (h *hostEngine) slotsInUse() int64 {
 
 func (h *hostEngine) close() error {
 	h.stages.close()
-	h.pin.Unpin()
+	if h.pool == nil {
+		h.pin.Unpin()
+		return nil
+	}
+	// Slots held by the consumer are unmapped when released.
+	h.pool.close(func(s *slot) { freeSharedMem(s.host, s.share.fd) }, h.pin.Unpin)
 	return nil
 }
 
@@ -354,7 +373,6 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			}
 		}
 	}()
-	plan, _ := ptx.NewPlan(h.layout)
 	for {
 		h.head.Store(int32(stageIO))
 		var w *wave
@@ -377,7 +395,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			bs.slot = s
 		}
 		if bs.failed() == nil {
-			if err := h.compute(ctx, w, plan); err != nil {
+			if err := h.compute(ctx, w, h.full); err != nil {
 				bs.fail(err)
 			}
 		}

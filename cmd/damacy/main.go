@@ -58,6 +58,7 @@ func commands() []*command {
 		cmdGen,
 		cmdBench,
 		cmdDemo,
+		cmdServe,
 	}
 }
 

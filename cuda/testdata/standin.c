@@ -1,8 +1,9 @@
 /*
  * C stand-ins with the prototypes of the driver entry points whose
  * arguments purego must pass in a non-trivial way: cuLaunchKernel (11
- * arguments, a void** of parameters) and cuIpcOpenMemHandle_v2 (a 64-byte
- * struct by value). They record what arrived; abi_test.go compares.
+ * arguments, a void** of parameters), cuIpcOpenMemHandle_v2 and
+ * cuIpcOpenEventHandle (64-byte structs by value). They record what
+ * arrived; abi_test.go compares.
  */
 #include <stdint.h>
 #include <string.h>
@@ -22,6 +23,20 @@ int cuIpcOpenMemHandle_v2(unsigned long long *pdptr, CUipcMemHandle handle, unsi
 void standin_ipc(unsigned char *handle, unsigned *flags) {
 	memcpy(handle, got_handle, 64);
 	*flags = got_flags;
+}
+
+typedef struct CUipcEventHandle_st { char reserved[64]; } CUipcEventHandle;
+
+static unsigned char got_event_handle[64];
+
+int cuIpcOpenEventHandle(void **phEvent, CUipcEventHandle handle) {
+	memcpy(got_event_handle, handle.reserved, 64);
+	*phEvent = (void *)0x5eed0e7e17ULL;
+	return 0;
+}
+
+void standin_ipc_event(unsigned char *handle) {
+	memcpy(handle, got_event_handle, 64);
 }
 
 static unsigned sizes[64];

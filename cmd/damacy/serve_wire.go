@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/damacy-go/damacy/pipeline"
+)
+
+// The serve protocol's wire format (cmd/damacy/python/PROTOCOL.md): frames
+// of a 4-byte little-endian length and that many bytes of JSON, file
+// descriptors as SCM_RIGHTS on the frame's first byte.
+
+// protocolVersion is the protocol version this server speaks.
+const protocolVersion = 1
+
+// maxFrame is the largest frame payload either side may send.
+const maxFrame = 16 << 20
+
+// frameError is a malformed frame header: the stream cannot be resynchronised.
+type frameError struct{ n uint32 }
+
+func (e *frameError) Error() string {
+	return fmt.Sprintf("serve: frame of %d bytes, want 1 to %d", e.n, maxFrame)
+}
+
+// readFrame reads one frame's payload. It returns io.EOF when the stream
+// ends between frames and io.ErrUnexpectedEOF when it ends inside one.
+func readFrame(r *bufio.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n == 0 || n > maxFrame {
+		return nil, &frameError{n}
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return buf, nil
+}
+
+// frameWriter sends frames on the connection, one at a time. The first
+// failed write is sticky: every later write returns it, and the reader is
+// woken (its read deadline passes) so that the server stops.
+type frameWriter struct {
+	mu   sync.Mutex
+	conn *net.UnixConn
+	err  error
+}
+
+// write marshals v and sends it as one frame, with fds attached to the
+// frame's first byte (one sendmsg; a short write is completed by plain
+// writes, the descriptors having gone with the first part).
+func (w *frameWriter) write(v any, fds []int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxFrame {
+		return fmt.Errorf("serve: a %d-byte message does not fit a frame", len(b))
+	}
+	frame := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
+	frame = append(frame, b...)
+	var oob []byte
+	if len(fds) > 0 {
+		oob = syscall.UnixRights(fds...)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	n, _, err := w.conn.WriteMsgUnix(frame, oob, nil)
+	if err == nil && n < len(frame) {
+		_, err = w.conn.Write(frame[n:])
+	}
+	if err != nil {
+		w.err = fmt.Errorf("serve: writing to the client: %w", err)
+		w.conn.SetReadDeadline(time.Now())
+	}
+	return w.err
+}
+
+// failed returns the error of the first failed write, if any.
+func (w *frameWriter) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// request is any client message; each op reads the members it needs.
+type request struct {
+	ID          *int64                     `json:"id"`
+	Op          string                     `json:"op"`
+	Version     *int                       `json:"version"`
+	Config      map[string]json.RawMessage `json:"config"`
+	Device      *deviceSpec                `json:"device"`
+	Samples     []sampleSpec               `json:"samples"`
+	Batch       *int64                     `json:"batch"`
+	EventHandle string                     `json:"event_handle"`
+	Level       *int                       `json:"level"`
+}
+
+// deviceSpec is hello's "device": {"kind": "cuda", "uuid": ...} or {"kind": "cpu"}.
+type deviceSpec struct {
+	Kind string `json:"kind"`
+	UUID string `json:"uuid"`
+}
+
+// sampleSpec is one sample of a push.
+type sampleSpec struct {
+	URI   string    `json:"uri"`
+	Box   [][]int64 `json:"box"`
+	Level int       `json:"level"`
+}
+
+// batchMsg is a popped batch (BATCH in the protocol).
+type batchMsg struct {
+	ID     int64     `json:"id"`
+	Slot   int       `json:"slot"`
+	N      int       `json:"n"`
+	Shape  []int64   `json:"shape"`
+	Dtype  string    `json:"dtype"`
+	NBytes int64     `json:"nbytes"`
+	CUDA   *cudaSlot `json:"cuda,omitempty"`
+	Host   *hostSlot `json:"host,omitempty"`
+	FDs    int       `json:"fds,omitempty"`
+}
+
+type cudaSlot struct {
+	MemHandle   string `json:"mem_handle"`
+	Offset      int64  `json:"offset"`
+	EventHandle string `json:"event_handle"`
+}
+
+type hostSlot struct {
+	Size   int64 `json:"size"`
+	Offset int64 `json:"offset"`
+}
+
+// errorMsg is a response's "error".
+type errorMsg struct {
+	Status  string `json:"status"`
+	What    string `json:"what"`
+	Message string `json:"message"`
+	Index   *int   `json:"index,omitempty"`
+}
+
+// Status names of the protocol's error table.
+const (
+	statusAgain    = "AGAIN"
+	statusInval    = "INVAL"
+	statusNotFound = "NOTFOUND"
+	statusDtype    = "DTYPE"
+	statusRank     = "RANK"
+	statusIO       = "IO"
+	statusDecode   = "DECODE"
+	statusCUDA     = "CUDA"
+	statusOOM      = "OOM"
+	statusBudget   = "BUDGET"
+	statusShutdown = "SHUTDOWN"
+)
+
+// statusError is an error the server makes itself, with its status.
+type statusError struct {
+	status string
+	msg    string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+func statusErrorf(status, format string, args ...any) error {
+	return &statusError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// kindStatus maps the pipeline's error kinds onto status names.
+var kindStatus = []struct {
+	kind   error
+	status string
+}{
+	{pipeline.ErrInvalid, statusInval},
+	{pipeline.ErrNotFound, statusNotFound},
+	{pipeline.ErrDtype, statusDtype},
+	{pipeline.ErrRank, statusRank},
+	{pipeline.ErrStorage, statusIO},
+	{pipeline.ErrDecode, statusDecode},
+	{pipeline.ErrCUDA, statusCUDA},
+	{pipeline.ErrOutOfMemory, statusOOM},
+	{pipeline.ErrBudget, statusBudget},
+	{pipeline.ErrShutdown, statusShutdown},
+	// A Pop cancelled by the server's shutdown.
+	{context.Canceled, statusShutdown},
+}
+
+// statusOf names err's status: the server's own, or the Kind of the
+// outermost *pipeline.Error. Anything else is an IO error.
+func statusOf(err error) string {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.status
+	}
+	kind := err
+	var pe *pipeline.Error
+	if errors.As(err, &pe) {
+		kind = pe.Kind
+	}
+	for _, ks := range kindStatus {
+		if errors.Is(kind, ks.kind) {
+			return ks.status
+		}
+	}
+	return statusIO
+}
+
+// metricMsg is one stage metric in the seed's form.
+type metricMsg struct {
+	MS          float64 `json:"ms"`
+	BestMS      float64 `json:"best_ms"` // 1e30 before the first unit of work
+	InputBytes  int64   `json:"input_bytes"`
+	OutputBytes int64   `json:"output_bytes"`
+	Count       int64   `json:"count"`
+}
+
+func metricOf(m pipeline.Metric) metricMsg {
+	best := 1e30
+	if m.Count > 0 {
+		best = float64(m.Best) / 1e6
+	}
+	return metricMsg{MS: float64(m.Time) / 1e6, BestMS: best, InputBytes: m.InBytes, OutputBytes: m.OutBytes, Count: m.Count}
+}
+
+// statsMsg is the stats response: the seed's metrics and counters, then
+// the Go pipeline's extras.
+type statsMsg struct {
+	Plan           metricMsg `json:"plan"`
+	IO             metricMsg `json:"io"`
+	H2D            metricMsg `json:"h2d"`
+	Decompress     metricMsg `json:"decompress"`
+	Assemble       metricMsg `json:"assemble"`
+	PopWaitIO      metricMsg `json:"pop_wait_io"`
+	PopWaitCompute metricMsg `json:"pop_wait_compute"`
+	FlushWait      metricMsg `json:"flush_wait"`
+
+	ZarrMetaHits      int64 `json:"zarr_meta_hits"`
+	ZarrMetaMisses    int64 `json:"zarr_meta_misses"`
+	ShardIdxHits      int64 `json:"shard_idx_hits"`
+	ShardIdxMisses    int64 `json:"shard_idx_misses"`
+	BatchesEmitted    int64 `json:"batches_emitted"`
+	BatchesTruncated  int64 `json:"batches_truncated"`
+	WavesEmitted      int64 `json:"waves_emitted"`
+	GPUBytesCommitted int64 `json:"gpu_bytes_committed"`
+
+	Engine          string    `json:"engine"`
+	Decoder         string    `json:"decoder"`
+	Check           metricMsg `json:"check"`
+	SamplesEmitted  int64     `json:"samples_emitted"`
+	ChunksDecoded   int64     `json:"chunks_decoded"`
+	ChunksGPU       int64     `json:"chunks_gpu"`
+	ChunksRedecoded int64     `json:"chunks_redecoded"`
+	ChunksFill      int64     `json:"chunks_fill"`
+	ChunksDeduped   int64     `json:"chunks_deduped"`
+	ReadOps         int64     `json:"read_ops"`
+	BytesRead       int64     `json:"bytes_read"`
+	BoxBytes        int64     `json:"box_bytes"`
+	OutputBytes     int64     `json:"output_bytes"`
+	SlotsInUse      int64     `json:"slots_in_use"`
+	SamplesInFlight int64     `json:"samples_in_flight"`
+}
+
+func statsOf(s pipeline.Stats) statsMsg {
+	return statsMsg{
+		Plan: metricOf(s.Plan), IO: metricOf(s.IO), H2D: metricOf(s.H2D), Decompress: metricOf(s.Decompress),
+		Assemble: metricOf(s.Assemble), PopWaitIO: metricOf(s.PopWaitIO), PopWaitCompute: metricOf(s.PopWaitCompute),
+		FlushWait: metricOf(s.FlushWait),
+
+		ZarrMetaHits: s.ZarrMetaHits, ZarrMetaMisses: s.ZarrMetaMisses, ShardIdxHits: s.ShardIndexHits,
+		ShardIdxMisses: s.ShardIndexMisses, BatchesEmitted: s.BatchesEmitted, BatchesTruncated: s.BatchesTruncated,
+		WavesEmitted: s.WavesEmitted, GPUBytesCommitted: s.GPUBytesCommitted,
+
+		Engine: s.Engine, Decoder: s.Decoder, Check: metricOf(s.Check), SamplesEmitted: s.SamplesEmitted,
+		ChunksDecoded: s.ChunksDecoded, ChunksGPU: s.ChunksGPU, ChunksRedecoded: s.ChunksRedecoded,
+		ChunksFill: s.ChunksFill, ChunksDeduped: s.ChunksDeduped, ReadOps: s.ReadOps, BytesRead: s.BytesRead,
+		BoxBytes: s.BoxBytes, OutputBytes: s.OutputBytes, SlotsInUse: s.SlotsInUse, SamplesInFlight: s.SamplesInFlight,
+	}
+}

@@ -1,0 +1,48 @@
+package pipeline
+
+// sampleChecker is implemented by engines that open arrays (both real
+// engines, through their stages).
+type sampleChecker interface {
+	checkSample(s Sample) error
+}
+
+// Check opens the array (or OME-NGFF level) that s names and checks s
+// against it, as the batch holding s would: a missing array fails with
+// ErrNotFound, an element type the pipeline does not read with ErrDtype,
+// a box whose rank is not the array's with ErrRank, unreadable metadata
+// with ErrStorage or ErrInvalid. It reads through the pipeline's metadata
+// cache, so the batch finds the array open.
+//
+// Push does not open arrays (it never waits on storage): such a sample
+// fails its batch at Pop. Calling Check before Push reports it at once
+// instead. Check does not queue anything and may block on storage.
+func (p *Pipeline) Check(s Sample) error {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return newError("check", ErrShutdown, "", nil)
+	}
+	if s.URI == "" {
+		return errorf("check", ErrInvalid, "", "sample %s: empty URI", s)
+	}
+	if s.Level < 0 {
+		return errorf("check", ErrInvalid, s.URI, "sample %s: negative level %d", s, s.Level)
+	}
+	c, ok := p.eng.(sampleChecker)
+	if !ok {
+		return nil
+	}
+	return c.checkSample(s)
+}
+
+func (s *stages) checkSample(smp Sample) error {
+	src, err := s.meta.open(smp.URI, smp.Level)
+	if err != nil {
+		return err
+	}
+	if src.arr.Rank() != len(smp.Box) {
+		return errorf("check", ErrRank, smp.URI, "sample %s: box rank %d, array rank %d", smp, len(smp.Box), src.arr.Rank())
+	}
+	return nil
+}
