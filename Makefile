@@ -109,4 +109,4 @@ test-python:
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	"$$py" -m pip install -q --disable-pip-version-check --no-deps --no-index --target "$$tmp/site" "$$whl"; \
 	cd "$$tmp" && PYTHONPATH="$$tmp/site" PYTHONDONTWRITEBYTECODE=1 DAMACY_TEST_INSTALLED=1 \
-	  "$$py" -m pytest -q -p no:cacheprovider "$(CURDIR)/$(PYDIR)/tests"
+	  "$$py" -m pytest -q -rs -p no:cacheprovider "$(CURDIR)/$(PYDIR)/tests"
