@@ -213,6 +213,34 @@ def test_push_errors_name_the_sample(serve_binary, stores, tmp_path):
             assert b.info.shape[0] == 1
 
 
+def test_corrupt_chunk_fails_its_batch_only(serve_binary, stores, tmp_path):
+    bad = str(tmp_path / "bad.zarr")
+    arr = zarr.create_array(store=bad, shape=BOX, chunks=BOX, shards=BOX, dtype="uint16",
+                            compressors=zarr_codecs.ZstdCodec(level=3), fill_value=0)
+    arr[:] = np.arange(np.prod(BOX), dtype=np.uint16).reshape(BOX)
+    shard = os.path.join(bad, "c", "0", "0", "0")
+    raw = bytearray(open(shard, "rb").read())
+    for i in range(4, 12):  # inside the zstd frame, before the index at the end
+        raw[i] ^= 0xFF
+    open(shard, "wb").write(bytes(raw))
+    good, fill = stores["u16-blosc-lz4"][0], stores["u16-blosc-lz4"][2]
+    boxes = [[(0, 6), (0, 9), (0, 10)], [(2, 8), (3, 12), (1, 11)], [(14, 20), (15, 24), (18, 28)], [(-2, 4), (0, 9), (0, 10)]]
+    whole = [(0, 6), (0, 9), (0, 10)]
+    with damacy.Pipeline(host_config(batch_size=2)) as p:
+        p.push([damacy.Sample(good, boxes[0]), damacy.Sample(good, boxes[1])])
+        p.push([damacy.Sample(bad, whole), damacy.Sample(bad, whole)])
+        p.push([damacy.Sample(good, boxes[2]), damacy.Sample(good, boxes[3])])
+        with p.pop() as b:
+            assert_batch(b.numpy(), np.stack([reference(good, box, fill) for box in boxes[:2]]), bf16=False)
+        with pytest.raises((damacy.DecodeError, damacy.StorageError)) as e:
+            p.pop()
+        assert "bad.zarr" in str(e.value) and e.value.what == "pop"
+        with p.pop() as b:  # the pipeline goes on
+            assert_batch(b.numpy(), np.stack([reference(good, box, fill) for box in boxes[2:]]), bf16=False)
+        with pytest.raises(damacy.TryAgain):  # the failed batch's samples were accounted for
+            p.pop()
+
+
 def test_pipeline_made_on_a_short_lived_thread_keeps_its_server(serve_binary, stores):
     made = {}
     cfg = host_config(batch_size=1)
