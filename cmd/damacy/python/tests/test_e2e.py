@@ -241,6 +241,30 @@ def test_corrupt_chunk_fails_its_batch_only(serve_binary, stores, tmp_path):
             p.pop()
 
 
+def test_a_view_holds_its_slot_in_the_server(serve_binary, stores):
+    path, _, fill = stores["u8-zstd"]
+    boxes = [[(i, i + 6), (0, 9), (0, 10)] for i in range(6)]
+    with damacy.Pipeline(host_config(batch_size=1, batch_slots=2, lookahead_batches=4)) as p:
+        p.push(damacy.Sample(path, box) for box in boxes)
+        b = p.pop()
+        x = np.from_dlpack(b)
+        b.release()
+        del b
+        second = p.pop()  # the other slot
+        third = {}
+        t = threading.Thread(target=lambda: third.setdefault("b", p.pop()))
+        t.start()
+        t.join(1.0)
+        assert t.is_alive(), "a third batch came while a view and a batch held both slots"
+        assert_batch(x[0], reference(path, boxes[0], fill), bf16=False)  # not overwritten
+        del x
+        t.join(30)
+        assert not t.is_alive(), "the slot did not come back when the view died"
+        with third["b"] as b:
+            assert_batch(b.numpy()[0], reference(path, boxes[2], fill), bf16=False)
+        second.release()
+
+
 def test_pipeline_made_on_a_short_lived_thread_keeps_its_server(serve_binary, stores):
     made = {}
     cfg = host_config(batch_size=1)
