@@ -161,11 +161,6 @@ class Connection:
         _live.add(self)
         self._reader.start()
 
-    @property
-    def failure(self) -> Optional[str]:
-        """Why the connection ended, or None while it works."""
-        return self._failure
-
     # Requests.
 
     def request(
