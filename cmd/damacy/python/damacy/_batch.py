@@ -68,7 +68,9 @@ class Batch:
 
     def __repr__(self) -> str:
         state = "" if self._hold.alive else " released"
-        return f"<damacy.Batch id={self._info.batch_id} shape={self._info.shape} {self._info.dtype.name}{state}>"
+        return (
+            f"<damacy.Batch id={self._info.batch_id} shape={self._info.shape} {self._info.dtype.name}{state}>"
+        )
 
     @property
     def info(self) -> BatchInfo:

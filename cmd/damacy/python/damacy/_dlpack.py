@@ -124,7 +124,6 @@ _NAME_V1 = ctypes.create_string_buffer(b"dltensor_versioned")
 _UNCONSUMED = (b"dltensor", b"dltensor_versioned")
 
 
-
 def _capi(name: str, restype: Any, argtypes: Tuple[Any, ...]) -> Any:
     """A private function object for a C API function: ctypes.pythonapi.X
     is shared with every other user of ctypes, who may change its types."""
@@ -134,7 +133,9 @@ def _capi(name: str, restype: Any, argtypes: Tuple[Any, ...]) -> Any:
     return fn
 
 
-_PyCapsule_New = _capi("PyCapsule_New", ctypes.py_object, (ctypes.c_void_p, ctypes.c_void_p, _CAPSULE_DESTRUCTOR))
+_PyCapsule_New = _capi(
+    "PyCapsule_New", ctypes.py_object, (ctypes.c_void_p, ctypes.c_void_p, _CAPSULE_DESTRUCTOR)
+)
 _PyCapsule_GetName = _capi("PyCapsule_GetName", ctypes.c_char_p, (ctypes.c_void_p,))
 _PyCapsule_GetPointer = _capi("PyCapsule_GetPointer", ctypes.c_void_p, (ctypes.c_void_p, ctypes.c_char_p))
 _PyErr_Occurred = _capi("PyErr_Occurred", ctypes.c_void_p, ())

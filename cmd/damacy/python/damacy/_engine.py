@@ -185,7 +185,9 @@ class HostEngine(Engine):
             raise ProtocolError(f"slot {slot}'s memory was never sent")
         offset, nbytes = int(host["offset"]), int(batch["nbytes"])
         if offset < 0 or offset + nbytes > mapped.size:
-            raise ProtocolError(f"batch bytes [{offset}, {offset + nbytes}) outside slot {slot} of {mapped.size} bytes")
+            raise ProtocolError(
+                f"batch bytes [{offset}, {offset + nbytes}) outside slot {slot} of {mapped.size} bytes"
+            )
         return self._new_lease(batch, 0), mapped.address + offset
 
     def _teardown(self) -> None:
@@ -298,7 +300,12 @@ class CudaEngine(Engine):
 
     def _teardown(self) -> None:
         with self._lock:
-            mem, ready, done, join = list(self._mem.values()), list(self._ready.values()), list(self._done.values()), self._join
+            mem, ready, done, join = (
+                list(self._mem.values()),
+                list(self._ready.values()),
+                list(self._done.values()),
+                self._join,
+            )
             self._mem.clear()
             self._ready.clear()
             self._done.clear()

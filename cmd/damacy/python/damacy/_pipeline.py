@@ -151,7 +151,9 @@ class Pipeline:
                 )
             if hello.get("engine") == "cuda":
                 if target.kind != "cuda":
-                    raise InvalidArgument("the server chose its CUDA engine for a host-engine pipeline", what="create")
+                    raise InvalidArgument(
+                        "the server chose its CUDA engine for a host-engine pipeline", what="create"
+                    )
                 engine = CudaEngine(conn, _cuda.Context(_cuda.load(), target.ordinal))
             else:
                 engine = HostEngine(conn)

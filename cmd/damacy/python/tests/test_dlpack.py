@@ -65,7 +65,12 @@ class Producer:
 
     def capsule(self, versioned: bool) -> object:
         c = _dlpack.export(
-            self.data.ctypes.data, (_dlpack.kDLCPU, 0), self.data.shape, self.code_bits, versioned, self._on_delete
+            self.data.ctypes.data,
+            (_dlpack.kDLCPU, 0),
+            self.data.shape,
+            self.code_bits,
+            versioned,
+            self._on_delete,
         )
         self.made.append(capsule_name(c))
         return c
@@ -122,7 +127,15 @@ def test_refused_capsule_is_deleted_while_an_error_is_in_flight():
 # Batches.
 
 
-@pytest.mark.parametrize("max_version, name", [(None, b"dltensor"), ((0, 8), b"dltensor"), ((1, 0), b"dltensor_versioned"), ((1, 3), b"dltensor_versioned")])
+@pytest.mark.parametrize(
+    "max_version, name",
+    [
+        (None, b"dltensor"),
+        ((0, 8), b"dltensor"),
+        ((1, 0), b"dltensor_versioned"),
+        ((1, 3), b"dltensor_versioned"),
+    ],
+)
 def test_batch_capsule_versions(fake, max_version, name):
     with damacy.Pipeline(config(batch_size=2)) as p:
         p.push([sample(0), sample(1)])

@@ -100,7 +100,9 @@ def test_no_orphan_server_when_the_client_dies(fake_binary, tmp_path, how):
     script = tmp_path / "client.py"
     script.write_text(SCRIPT.format(tests=HERE))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    child = subprocess.Popen([sys.executable, str(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    child = subprocess.Popen(
+        [sys.executable, str(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
     try:
         line = child.stdout.readline()
         server = int(line)

@@ -64,10 +64,20 @@ def test_hello_sends_the_config_and_device(fake):
         assert hello["op"] == "hello" and hello["version"] == 1 and isinstance(hello["id"], int)
         assert hello["device"] == {"kind": "cpu"}
         assert hello["config"] == {
-            "batch_size": 3, "host_buffer_bytes": 1 << 20, "device_buffer_bytes": 1 << 20, "dtype": "bf16",
-            "lookahead_batches": 2, "n_io_threads": 4, "n_compute_threads": 0, "n_zarrs_meta_cache": 64,
-            "n_shards_meta_cache": 256, "max_chunk_uncompressed_bytes": 0, "max_gpu_memory_bytes": 0,
-            "max_bytes_per_element": 0, "sample_shape": [2, 3], "batch_slots": 3,
+            "batch_size": 3,
+            "host_buffer_bytes": 1 << 20,
+            "device_buffer_bytes": 1 << 20,
+            "dtype": "bf16",
+            "lookahead_batches": 2,
+            "n_io_threads": 4,
+            "n_compute_threads": 0,
+            "n_zarrs_meta_cache": 64,
+            "n_shards_meta_cache": 256,
+            "max_chunk_uncompressed_bytes": 0,
+            "max_gpu_memory_bytes": 0,
+            "max_bytes_per_element": 0,
+            "sample_shape": [2, 3],
+            "batch_slots": 3,
         }
         info = p.server_info
         assert info["engine"] == "host" and info["slots"] == 2 and info["pid"] == os.getpid()
@@ -324,7 +334,9 @@ def test_interrupted_pop_gives_its_batch_back(fake):
         with pytest.raises(KeyboardInterrupt):
             p.pop()
         fake.last.pop_gate.set()  # the abandoned pop's batch arrives now
-        wait_until(lambda: [r["batch"] for r in fake.last.releases] == [0], what="the abandoned batch's release")
+        wait_until(
+            lambda: [r["batch"] for r in fake.last.releases] == [0], what="the abandoned batch's release"
+        )
         firsts = []
         for b in p.batches(5):  # the accounting includes the abandoned batch
             with b:
