@@ -111,8 +111,9 @@ wheel:
 
 # Builds this machine's wheel, installs it into a temporary directory and
 # runs the package's tests there against the installed package (not the
-# source tree). Needs a Python with numpy and pytest (DAMACY_PYTHON, which
-# .ci/run provides); skips without one unless DAMACY_REQUIRE_PYTHON=1.
+# source tree); the end-to-end tests must run, the binary being this tree's.
+# Needs a Python with numpy and pytest (DAMACY_PYTHON, which .ci/run
+# provides); skips without one unless DAMACY_REQUIRE_PYTHON=1.
 test-python:
 	@py="$(DAMACY_PYTHON)"; \
 	if [ -z "$$py" ] || ! "$$py" -c 'import numpy, pytest' 2>/dev/null; then \
@@ -124,4 +125,5 @@ test-python:
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	"$$py" -m pip install -q --disable-pip-version-check --no-deps --no-index --target "$$tmp/site" "$$whl"; \
 	cd "$$tmp" && PYTHONPATH="$$tmp/site" PYTHONDONTWRITEBYTECODE=1 DAMACY_TEST_INSTALLED=1 \
-	  "$$py" -m pytest -q -p no:cacheprovider "$(CURDIR)/$(PYDIR)/tests"
+	  DAMACY_REQUIRE_SERVE=$${DAMACY_REQUIRE_SERVE:-1} \
+	  "$$py" -m pytest -q -rs -p no:cacheprovider "$(CURDIR)/$(PYDIR)/tests"

@@ -9,7 +9,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from . import _dlpack
-from ._engine import Engine, Lease
+from ._engine import CudaEngine, Engine, Lease
 from ._enums import Dtype
 from ._errors import InvalidArgument
 
@@ -68,7 +68,9 @@ class Batch:
 
     def __repr__(self) -> str:
         state = "" if self._hold.alive else " released"
-        return f"<damacy.Batch id={self._info.batch_id} shape={self._info.shape} {self._info.dtype.name}{state}>"
+        return (
+            f"<damacy.Batch id={self._info.batch_id} shape={self._info.shape} {self._info.dtype.name}{state}>"
+        )
 
     @property
     def info(self) -> BatchInfo:
@@ -128,12 +130,12 @@ class Batch:
         engine, a copy in host memory."""
         self._check_live("numpy")
         info = self._info
-        if self._engine.device[0] == _dlpack.kDLCPU:
-            code_bits = _BF16_BITS if info.dtype is Dtype.BF16 else _DLPACK_DTYPES[info.dtype]
-            return np.from_dlpack(_Exporter(self, code_bits))
-        out = np.empty(info.shape, np.uint16 if info.dtype is Dtype.BF16 else np.float32)
-        self._engine.to_host(self._lease, info.device_ptr, out.nbytes, out)
-        return out
+        if isinstance(self._engine, CudaEngine):
+            out = np.empty(info.shape, np.uint16 if info.dtype is Dtype.BF16 else np.float32)
+            self._engine.to_host(self._lease, info.device_ptr, out.nbytes, out)
+            return out
+        code_bits = _BF16_BITS if info.dtype is Dtype.BF16 else _DLPACK_DTYPES[info.dtype]
+        return np.from_dlpack(_Exporter(self, code_bits))  # type: ignore[arg-type]
 
     def _check_live(self, what: str) -> None:
         if not self._hold.alive:

@@ -151,8 +151,7 @@ class Config:
         }
         if values["max_bytes_per_element"] not in (0, 1, 2, 4, 8):
             raise ValueError(
-                "max_bytes_per_element must be 0, 1, 2, 4 or 8 "
-                f"(got {values['max_bytes_per_element']})"
+                f"max_bytes_per_element must be 0, 1, 2, 4 or 8 (got {values['max_bytes_per_element']})"
             )
         if values["batch_slots"] == 1:
             raise ValueError("batch_slots must be 0 (the default) or >= 2 (got 1)")

@@ -20,7 +20,7 @@ error): the callbacks take it out first, do their work, and hand it to
 from __future__ import annotations
 
 import ctypes
-from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 __all__ = [
     "kDLCPU",
@@ -124,8 +124,7 @@ _NAME_V1 = ctypes.create_string_buffer(b"dltensor_versioned")
 _UNCONSUMED = (b"dltensor", b"dltensor_versioned")
 
 
-
-def _capi(name: str, restype: object, argtypes: Tuple[object, ...]) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+def _capi(name: str, restype: Any, argtypes: Tuple[Any, ...]) -> Any:
     """A private function object for a C API function: ctypes.pythonapi.X
     is shared with every other user of ctypes, who may change its types."""
     fn = ctypes.pythonapi[name]
@@ -134,7 +133,9 @@ def _capi(name: str, restype: object, argtypes: Tuple[object, ...]) -> ctypes._C
     return fn
 
 
-_PyCapsule_New = _capi("PyCapsule_New", ctypes.py_object, (ctypes.c_void_p, ctypes.c_void_p, _CAPSULE_DESTRUCTOR))
+_PyCapsule_New = _capi(
+    "PyCapsule_New", ctypes.py_object, (ctypes.c_void_p, ctypes.c_void_p, _CAPSULE_DESTRUCTOR)
+)
 _PyCapsule_GetName = _capi("PyCapsule_GetName", ctypes.c_char_p, (ctypes.c_void_p,))
 _PyCapsule_GetPointer = _capi("PyCapsule_GetPointer", ctypes.c_void_p, (ctypes.c_void_p, ctypes.c_char_p))
 _PyErr_Occurred = _capi("PyErr_Occurred", ctypes.c_void_p, ())

@@ -29,7 +29,7 @@ from . import _cuda
 from ._dlpack import kDLCPU, kDLCUDA
 from ._errors import NativeCudaError
 from ._protocol import ProtocolError
-from ._server import Connection
+from ._server import Connection, close_fds
 
 __all__ = ["Lease", "Engine", "HostEngine", "CudaEngine"]
 
@@ -105,14 +105,11 @@ class Engine(abc.ABC):
         """What Batch.release(event_or_stream) should order the release after."""
         return None
 
-    def to_host(self, lease: Lease, address: int, nbytes: int, out: Any) -> None:
-        """Copy a batch into the host buffer at out.ctypes.data."""
-        ctypes.memmove(out.ctypes.data, address, nbytes)
-
     def finish(self, lease: Lease) -> None:
         """Send the release of a lease whose holders are all gone."""
         try:
-            self._conn.send_oneway("release", batch=lease.batch_id, **self._release_fields(lease))
+            if not self._closing:  # after close the server has gone, and its slots with it
+                self._conn.send_oneway("release", batch=lease.batch_id, **self._release_fields(lease))
         finally:
             with self._lock:
                 self._leases -= 1
@@ -166,25 +163,31 @@ class HostEngine(Engine):
         self._replaced: List[_HostSlot] = []
 
     def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, int]:
-        host = batch.get("host")
-        if not isinstance(host, Mapping):
-            raise ProtocolError("a batch of the host engine has no host member")
-        slot = int(batch["slot"])
-        if len(fds) > 1:
-            raise ProtocolError(f"a host batch carries {len(fds)} descriptors, want at most 1")
-        if fds:
-            mapped = _HostSlot(fds[0], int(host["size"]))
-            with self._lock:
-                old = self._slots.get(slot)
-                if old is not None:
-                    self._replaced.append(old)  # may still be viewed: unmapped at teardown
-                self._slots[slot] = mapped
-        mapped = self._slots.get(slot)  # type: ignore[assignment]
+        fds = list(fds)
+        try:
+            host = batch.get("host")
+            if not isinstance(host, Mapping):
+                raise ProtocolError("a batch of the host engine has no host member")
+            slot = int(batch["slot"])
+            if len(fds) > 1:
+                raise ProtocolError(f"a host batch carries {len(fds)} descriptors, want at most 1")
+            if fds:
+                fresh = _HostSlot(fds.pop(), int(host["size"]))  # owns the descriptor now
+                with self._lock:
+                    old = self._slots.get(slot)
+                    if old is not None:
+                        self._replaced.append(old)  # may still be viewed: unmapped at teardown
+                    self._slots[slot] = fresh
+        finally:
+            close_fds(fds)
+        mapped = self._slots.get(slot)
         if mapped is None:
             raise ProtocolError(f"slot {slot}'s memory was never sent")
         offset, nbytes = int(host["offset"]), int(batch["nbytes"])
         if offset < 0 or offset + nbytes > mapped.size:
-            raise ProtocolError(f"batch bytes [{offset}, {offset + nbytes}) outside slot {slot} of {mapped.size} bytes")
+            raise ProtocolError(
+                f"batch bytes [{offset}, {offset + nbytes}) outside slot {slot} of {mapped.size} bytes"
+            )
         return self._new_lease(batch, 0), mapped.address + offset
 
     def _teardown(self) -> None:
@@ -210,8 +213,7 @@ class CudaEngine(Engine):
         self._join = 0  # a stream for releases after several streams or events
 
     def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, int]:
-        for fd in fds:
-            os.close(fd)
+        close_fds(fds)  # a CUDA batch carries none
         info = batch.get("cuda")
         if not isinstance(info, Mapping):
             raise ProtocolError("a batch of the CUDA engine has no cuda member")
@@ -258,6 +260,7 @@ class CudaEngine(Engine):
         return kind, handle
 
     def to_host(self, lease: Lease, address: int, nbytes: int, out: Any) -> None:
+        """Copy a batch, once ready, into the host buffer at out.ctypes.data."""
         with self._context.current() as d:
             d.event_synchronize(lease.ready_event)
             d.memcpy_dtoh(out.ctypes.data, address, nbytes)
@@ -297,7 +300,12 @@ class CudaEngine(Engine):
 
     def _teardown(self) -> None:
         with self._lock:
-            mem, ready, done, join = list(self._mem.values()), list(self._ready.values()), list(self._done.values()), self._join
+            mem, ready, done, join = (
+                list(self._mem.values()),
+                list(self._ready.values()),
+                list(self._done.values()),
+                self._join,
+            )
             self._mem.clear()
             self._ready.clear()
             self._done.clear()

@@ -50,11 +50,6 @@ class Dtype(enum.IntEnum):
         """The protocol's name: "f32" or "bf16"."""
         return "f32" if self is Dtype.F32 else "bf16"
 
-    @property
-    def itemsize(self) -> int:
-        """Bytes per element: 4 or 2."""
-        return 4 if self is Dtype.F32 else 2
-
 
 _NAMES = {
     "f32": Dtype.F32,

@@ -42,7 +42,7 @@ class _Source:
         except StopIteration:
             self.exhausted = True
             return False
-        except BaseException as e:  # kept for the next take, which raises it
+        except Exception as e:  # kept for the next take, which raises it
             self._ahead.append(_Raised(e))
         return True
 
@@ -151,7 +151,9 @@ class Pipeline:
                 )
             if hello.get("engine") == "cuda":
                 if target.kind != "cuda":
-                    raise InvalidArgument("the server chose its CUDA engine for a host-engine pipeline", what="create")
+                    raise InvalidArgument(
+                        "the server chose its CUDA engine for a host-engine pipeline", what="create"
+                    )
                 engine = CudaEngine(conn, _cuda.Context(_cuda.load(), target.ordinal))
             else:
                 engine = HostEngine(conn)
@@ -356,22 +358,25 @@ class Pipeline:
 
     def _accept(self, reply: _server.Reply) -> Batch:
         message = reply.message.get("batch")
-        if not isinstance(message, dict):
-            _server._close_fds(reply.fds)
-            raise ShutdownError("pop: the server broke the protocol: a pop response without a batch", what="pop")
         try:
-            n = int(message["n"])
+            if not isinstance(message, dict):
+                raise ProtocolError("a pop response without a batch")
+            batch_id, n = int(message["id"]), int(message["n"])
             shape = tuple(int(x) for x in message["shape"])
             dtype = Dtype.coerce(str(message["dtype"]))
-            lease, address = self._engine.lease(message, reply.fds)
         except (KeyError, TypeError, ValueError, ProtocolError) as e:
-            _server._close_fds(reply.fds)
-            if "id" in message:
-                self._conn.send_oneway("release", batch=message["id"])
+            _server.close_fds(reply.fds)
             raise ShutdownError(f"pop: the server broke the protocol: {e}", what="pop") from None
         with self._counts:
             self._done += n
-        info = BatchInfo(address, shape, dtype, 0, lease.batch_id, lease.ready_event)
+        try:
+            lease, address = self._engine.lease(message, reply.fds)
+        except BaseException as e:
+            self._conn.send_oneway("release", batch=batch_id)
+            if isinstance(e, (KeyError, TypeError, ValueError, ProtocolError)):
+                raise ShutdownError(f"pop: the server broke the protocol: {e!r}", what="pop") from None
+            raise
+        info = BatchInfo(address, shape, dtype, 0, batch_id, lease.ready_event)
         return Batch(self._engine, lease, info)
 
     def _abandoned_pop(self, reply: _server.Reply) -> None:

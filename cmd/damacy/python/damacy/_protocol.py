@@ -108,4 +108,3 @@ def hello_config(config: Config) -> Dict[str, Any]:
 def sample_message(sample: Sample) -> Dict[str, Any]:
     """A push's form of one sample."""
     return {"uri": sample.uri, "box": [list(r) for r in sample.aabb], "level": sample.level}
-

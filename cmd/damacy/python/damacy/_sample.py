@@ -29,9 +29,7 @@ def _axis(i: int, axis: Any) -> Tuple[int, int]:
             raise ValueError(f"aabb axis {i}: expected (start, stop); got {len(axis)} values")
         start, stop = axis
     else:
-        raise TypeError(
-            f"aabb axis {i}: expected slice or (start, stop) tuple; got {type(axis).__name__}"
-        )
+        raise TypeError(f"aabb axis {i}: expected slice or (start, stop) tuple; got {type(axis).__name__}")
     try:
         start, stop = _bound(start), _bound(stop)
     except TypeError as e:
@@ -110,9 +108,7 @@ class Sample:
             raise ValueError("uri must not be empty")
         aabb = self.aabb
         if isinstance(aabb, (str, bytes, slice)) or not hasattr(aabb, "__iter__"):
-            raise TypeError(
-                f"aabb must be a sequence of per-axis intervals (got {type(aabb).__name__})"
-            )
+            raise TypeError(f"aabb must be a sequence of per-axis intervals (got {type(aabb).__name__})")
         axes = tuple(_axis(i, axis) for i, axis in enumerate(aabb))
         if not axes:
             raise ValueError("aabb must have at least one axis")

@@ -28,7 +28,7 @@ from typing import Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Option
 from ._errors import ShutdownError, error_from_wire
 from ._protocol import FrameDecoder, ProtocolError, encode, fd_count
 
-__all__ = ["Reply", "Connection", "ServerProcess", "binary_path", "launch"]
+__all__ = ["Reply", "Connection", "ServerProcess", "binary_path", "close_fds", "launch"]
 
 logger = logging.getLogger("damacy")
 
@@ -47,7 +47,8 @@ class Reply(NamedTuple):
     fds: List[int]
 
 
-def _close_fds(fds: List[int]) -> None:
+def close_fds(fds: List[int]) -> None:
+    """Close descriptors, ignoring those already closed."""
     for fd in fds:
         try:
             os.close(fd)
@@ -160,11 +161,6 @@ class Connection:
         _live.add(self)
         self._reader.start()
 
-    @property
-    def failure(self) -> Optional[str]:
-        """Why the connection ended, or None while it works."""
-        return self._failure
-
     # Requests.
 
     def request(
@@ -199,14 +195,14 @@ class Connection:
         except OSError as e:
             self._fail(f"cannot send to the server: {e}")
         self._drain()
-        self._wait(call, on_abandon or (lambda reply: _close_fds(reply.fds)), timeout)
+        self._wait(call, on_abandon or (lambda reply: close_fds(reply.fds)), timeout)
         reply = call.reply
         if reply is None:
             if self._failure is None:
                 raise ShutdownError(f"{op}: no answer from the server within {timeout} s", what=op)
             raise ShutdownError(f"{op}: {self._failure}", what=op)
         if not reply.message.get("ok"):
-            _close_fds(reply.fds)
+            close_fds(reply.fds)
             error = reply.message.get("error")
             raise error_from_wire(error if isinstance(error, Mapping) else {}, op)
         return reply
@@ -217,19 +213,25 @@ class Connection:
             while not call.done.wait(_POLL_S):
                 waited += _POLL_S
                 if timeout is not None and waited >= timeout:
-                    break
+                    self._abandon(call, on_abandon)
+                    return
                 if self.process is not None and self.process.poll() is not None:
                     # The reader normally sees the end of the stream first;
                     # this covers a socket kept open by another process.
                     self._fail("the server process has exited")
         except BaseException:
-            with self._lock:
-                reply = call.reply
-                if reply is None:
-                    call.on_abandon = on_abandon
-            if reply is not None:
-                on_abandon(reply)
+            self._abandon(call, on_abandon)
             raise
+
+    def _abandon(self, call: _Call, on_abandon: Callable[[Reply], None]) -> None:
+        """Hand call's response to on_abandon: now if it has come, else
+        from the reader when it comes."""
+        with self._lock:
+            reply = call.reply
+            if reply is None:
+                call.on_abandon = on_abandon
+        if reply is not None:
+            on_abandon(reply)
 
     # One-way messages.
 
@@ -268,7 +270,8 @@ class Connection:
         reason = "the server closed the connection"
         try:
             while True:
-                data, ancdata, flags, _ = self._sock.recvmsg(_RECV_BYTES, _ANC_SPACE)
+                # CLOEXEC: a memfd must not leak into a process started meanwhile.
+                data, ancdata, flags, _ = self._sock.recvmsg(_RECV_BYTES, _ANC_SPACE, socket.MSG_CMSG_CLOEXEC)
                 for level, kind, payload in ancdata:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                         got = array.array("i")
@@ -289,14 +292,17 @@ class Connection:
             reason = f"protocol error: {e}"
         except OSError as e:
             reason = f"connection error: {e}"
+        except Exception as e:  # a bug here must still fail the waiters, not hang them
+            logger.exception("the connection's reader failed")
+            reason = f"the connection's reader failed: {e!r}"
         finally:
-            _close_fds(list(fds))
+            close_fds(list(fds))
             self._fail(reason)
 
     def _dispatch(self, message: Dict[str, Any], fds: List[int]) -> None:
         request_id = message.get("id")
         if request_id is None:
-            _close_fds(fds)
+            close_fds(fds)
             if message.get("op") == "log":
                 try:
                     self._on_log(message)
@@ -312,7 +318,7 @@ class Connection:
                 call.reply = Reply(message, fds)
                 handler = call.on_abandon
         if call is None:
-            _close_fds(fds)
+            close_fds(fds)
             logger.warning("ignoring a response to no request (id %r)", request_id)
         elif handler is not None:
             try:
@@ -437,7 +443,7 @@ def _popen(args: List[str], **kwargs: Any) -> "subprocess.Popen[bytes]":
     with _spawner_lock:
         if _spawner is None:
             _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="damacy-spawner")
-    return _spawner.submit(subprocess.Popen, args, **kwargs).result()
+    return _spawner.submit(subprocess.Popen, args, **kwargs).result()  # type: ignore[arg-type,return-value]
 
 
 def launch() -> Tuple[socket.socket, Optional[ServerProcess]]:

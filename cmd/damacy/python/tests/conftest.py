@@ -76,4 +76,3 @@ def fake_binary(tmp_path, monkeypatch: pytest.MonkeyPatch) -> str:
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("DAMACY_BINARY", str(path))
     return str(path)
-

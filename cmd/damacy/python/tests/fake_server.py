@@ -77,7 +77,9 @@ class FakeServer:
         with self._send_lock:
             try:
                 if fds:
-                    n = self.sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                    n = self.sock.sendmsg(
+                        [frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+                    )
                     self.sock.sendall(frame[n:])
                 else:
                     self.sock.sendall(frame)
@@ -160,10 +162,18 @@ class FakeServer:
             # A cuda device gets the "CUDA engine" of tests/stub_cuda.c:
             # slots are memfds named by their handles.
             self.engine = "cuda" if self.device.get("kind") == "cuda" else "host"
-            device = {"ordinal": 0, "uuid": self.device["uuid"], "name": "stub"} if self.engine == "cuda" else None
+            device = (
+                {"ordinal": 0, "uuid": self.device["uuid"], "name": "stub"} if self.engine == "cuda" else None
+            )
             self._reply(
-                m, version=1, server="damacy fake", engine=self.engine, device=device,
-                decoder="cpu", slots=self.slots, pid=os.getpid(),
+                m,
+                version=1,
+                server="damacy fake",
+                engine=self.engine,
+                device=device,
+                decoder="cpu",
+                slots=self.slots,
+                pid=os.getpid(),
             )
             self.send({"op": "log", "level": 3, "msg": "fake server ready", "attrs": {"slots": self.slots}})
             return False
@@ -174,10 +184,14 @@ class FakeServer:
                     self._fail(m, "NOTFOUND", f"{s['uri']}: no zarr array", index=i)
                     return False
                 if self.sample_shape is not None and len(shape) != len(self.sample_shape):
-                    self._fail(m, "RANK", f"sample {i} has rank {len(shape)}, want {len(self.sample_shape)}", index=i)
+                    self._fail(
+                        m, "RANK", f"sample {i} has rank {len(shape)}, want {len(self.sample_shape)}", index=i
+                    )
                     return False
                 if self.sample_shape is not None and shape != self.sample_shape:
-                    self._fail(m, "INVAL", f"sample {i} has extents {shape}, want {self.sample_shape}", index=i)
+                    self._fail(
+                        m, "INVAL", f"sample {i} has extents {shape}, want {self.sample_shape}", index=i
+                    )
                     return False
                 self.sample_shape = shape
                 with self._cv:
@@ -256,7 +270,17 @@ class FakeServer:
                     self._cv.wait()
                 if self.closed:
                     for pid in self._pops:
-                        self.send({"id": pid, "ok": False, "error": {"status": "SHUTDOWN", "what": "pop", "message": "the server is closing"}})
+                        self.send(
+                            {
+                                "id": pid,
+                                "ok": False,
+                                "error": {
+                                    "status": "SHUTDOWN",
+                                    "what": "pop",
+                                    "message": "the server is closing",
+                                },
+                            }
+                        )
                     self._pops.clear()
                     self._cv.notify_all()
                     return
@@ -272,7 +296,13 @@ class FakeServer:
                 self.delivered += len(samples)
                 if any(s["uri"].startswith("corrupt") for s in samples):
                     bad = next(s["uri"] for s in samples if s["uri"].startswith("corrupt"))
-                    self.send({"id": pop_id, "ok": False, "error": {"status": "DECODE", "what": "pop", "message": f"{bad}: corrupt chunk"}})
+                    self.send(
+                        {
+                            "id": pop_id,
+                            "ok": False,
+                            "error": {"status": "DECODE", "what": "pop", "message": f"{bad}: corrupt chunk"},
+                        }
+                    )
                     continue
                 slot = self._free.pop(0)
                 batch_id = self._next_batch
@@ -297,12 +327,18 @@ class FakeServer:
             os.ftruncate(fd, size)
             self._fds[slot] = fd
             self._memfds[slot] = mmap.mmap(fd, size)
-        values = np.stack([pattern(s["uri"], [tuple(r) for r in s["box"]], s.get("level", 0)) for s in samples])
+        values = np.stack(
+            [pattern(s["uri"], [tuple(r) for r in s["box"]], s.get("level", 0)) for s in samples]
+        )
         data = bf16_bits(values) if bf16 else values
         self._memfds[slot][: data.nbytes] = data.tobytes()
         batch = {
-            "id": batch_id, "slot": slot, "n": len(samples), "shape": shape,
-            "dtype": "bf16" if bf16 else "f32", "nbytes": data.nbytes,
+            "id": batch_id,
+            "slot": slot,
+            "n": len(samples),
+            "shape": shape,
+            "dtype": "bf16" if bf16 else "f32",
+            "nbytes": data.nbytes,
         }
         fds = []
         if self.engine == "cuda":

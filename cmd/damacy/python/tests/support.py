@@ -21,7 +21,9 @@ def config(**kwargs) -> damacy.Config:
 
 def sample(i: int, uri: str = "mem://a", shape=(2, 3, 4), level: int = 0) -> damacy.Sample:
     """The i-th sample of a simple stream: boxes along axis 0."""
-    return damacy.Sample(uri=uri, aabb=[(i * shape[0], (i + 1) * shape[0])] + [(0, n) for n in shape[1:]], level=level)
+    return damacy.Sample(
+        uri=uri, aabb=[(i * shape[0], (i + 1) * shape[0])] + [(0, n) for n in shape[1:]], level=level
+    )
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:

@@ -30,7 +30,13 @@ def stub_dir(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize(
     "scenario",
-    ["binding", "current_context_is_used", "export_and_release", "default_stream_and_ragged", "local_rank_warning"],
+    [
+        "binding",
+        "current_context_is_used",
+        "export_and_release",
+        "default_stream_and_ragged",
+        "local_rank_warning",
+    ],
 )
 def test_cuda_engine_against_a_stub_driver(stub_dir, tmp_path, scenario):
     env = dict(os.environ)
@@ -42,7 +48,10 @@ def test_cuda_engine_against_a_stub_driver(stub_dir, tmp_path, scenario):
     env.pop("LOCAL_RANK", None)
     run = subprocess.run(
         [sys.executable, os.path.join(HERE, "stub_scenarios.py"), scenario],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     calls = (tmp_path / "calls.log").read_text() if (tmp_path / "calls.log").exists() else ""
     assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\n--- driver calls:\n{calls}"

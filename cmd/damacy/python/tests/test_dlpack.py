@@ -50,36 +50,47 @@ def test_struct_layouts(struct, size, offsets):
 
 
 class Producer:
-    """A DLPack producer over a numpy buffer, for the capsule tests."""
+    """A DLPack producer over a numpy buffer, for the capsule tests: it
+    makes versioned capsules when asked for them and versioned is True."""
 
     def __init__(self, data: np.ndarray, versioned: bool, code_bits=(_dlpack.kDLFloat, 32)) -> None:
         self.data = data
         self.versioned = versioned
         self.code_bits = code_bits
         self.deleted = 0
+        self.made = []  # the capsule names made
 
     def _on_delete(self) -> None:
         self.deleted += 1
 
-    def capsule(self) -> object:
-        return _dlpack.export(
-            self.data.ctypes.data, (_dlpack.kDLCPU, 0), self.data.shape, self.code_bits, self.versioned, self._on_delete
+    def capsule(self, versioned: bool) -> object:
+        c = _dlpack.export(
+            self.data.ctypes.data,
+            (_dlpack.kDLCPU, 0),
+            self.data.shape,
+            self.code_bits,
+            versioned,
+            self._on_delete,
         )
+        self.made.append(capsule_name(c))
+        return c
 
     def __dlpack_device__(self):
         return (_dlpack.kDLCPU, 0)
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-        return self.capsule()
+        return self.capsule(self.versioned and max_version is not None and max_version[0] >= 1)
 
 
 @pytest.mark.parametrize("versioned, name", [(False, b"dltensor"), (True, b"dltensor_versioned")])
 def test_numpy_consumes_v0_and_v1_capsules(versioned, name):
     data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     producer = Producer(data, versioned)
-    assert capsule_name(producer.capsule()) == name  # dropped unconsumed: deleted
+    assert capsule_name(producer.capsule(versioned)) == name  # dropped unconsumed: deleted
     assert producer.deleted == 1
     view = np.from_dlpack(producer)
+    if producer.made[-1] != name:
+        pytest.skip(f"numpy {np.__version__} does not ask for DLPack 1.x")
     assert view.shape == (2, 3, 4) and view.strides == data.strides
     np.testing.assert_array_equal(view, data)
     data[1, 2, 3] = -1
@@ -107,7 +118,7 @@ def test_refused_capsule_is_deleted_while_an_error_is_in_flight():
     # Many rounds: the interpreter specialises hot code after a few calls.
     for versioned in [False, True] * 20:
         producer = Producer(np.zeros(4, np.uint16), versioned, code_bits=(_dlpack.kDLBfloat, 16))
-        with pytest.raises(Exception):
+        with pytest.raises((SystemError, BufferError, RuntimeError, TypeError)):
             np.from_dlpack(producer)
         assert producer.deleted == 1
     assert _dlpack.live_exports() == 0
@@ -116,7 +127,15 @@ def test_refused_capsule_is_deleted_while_an_error_is_in_flight():
 # Batches.
 
 
-@pytest.mark.parametrize("max_version, name", [(None, b"dltensor"), ((0, 8), b"dltensor"), ((1, 0), b"dltensor_versioned"), ((1, 3), b"dltensor_versioned")])
+@pytest.mark.parametrize(
+    "max_version, name",
+    [
+        (None, b"dltensor"),
+        ((0, 8), b"dltensor"),
+        ((1, 0), b"dltensor_versioned"),
+        ((1, 3), b"dltensor_versioned"),
+    ],
+)
 def test_batch_capsule_versions(fake, max_version, name):
     with damacy.Pipeline(config(batch_size=2)) as p:
         p.push([sample(0), sample(1)])
@@ -187,7 +206,7 @@ def test_numpy_refusing_a_bf16_batch_does_not_leak_its_slot(fake):
     with damacy.Pipeline(config(batch_size=2, dtype="bf16")) as p:
         p.push([sample(0), sample(1)])
         with p.pop() as b:
-            with pytest.raises(Exception):
+            with pytest.raises((SystemError, BufferError, RuntimeError, TypeError)):
                 np.from_dlpack(b)
         wait_until(lambda: len(fake.last.releases) == 1)
     assert _dlpack.live_exports() == 0

@@ -45,8 +45,12 @@ def serve_binary(monkeypatch) -> str:
 def host_config(**kwargs) -> damacy.Config:
     """A small host-engine config (chunks here are far below 1 MiB)."""
     base = dict(
-        host_buffer_bytes=4 << 20, device_buffer_bytes=4 << 20, max_chunk_uncompressed_bytes=1 << 20,
-        device="cpu", n_io_threads=2, n_compute_threads=1,
+        host_buffer_bytes=4 << 20,
+        device_buffer_bytes=4 << 20,
+        max_chunk_uncompressed_bytes=1 << 20,
+        device="cpu",
+        n_io_threads=2,
+        n_compute_threads=1,
     )
     base.update(kwargs)
     return damacy.Config(**base)
@@ -66,7 +70,11 @@ ARRAYS: Dict[str, Tuple[str, object, object]] = {
     "i16-zstd-checksum": ("int16", lambda: zarr_codecs.ZstdCodec(level=1, checksum=True), -5),
     "i32-blosc-zstd": ("int32", lambda: zarr_codecs.BloscCodec(cname="zstd", shuffle="bitshuffle"), 0),
     "f16-zstd": ("float16", lambda: zarr_codecs.ZstdCodec(level=3), 0.5),
-    "f32-blosc-lz4": ("float32", lambda: zarr_codecs.BloscCodec(cname="lz4", shuffle="noshuffle"), float("nan")),
+    "f32-blosc-lz4": (
+        "float32",
+        lambda: zarr_codecs.BloscCodec(cname="lz4", shuffle="noshuffle"),
+        float("nan"),
+    ),
     "f64-zstd": ("float64", lambda: zarr_codecs.ZstdCodec(level=5), -1.25),
 }
 
@@ -93,8 +101,13 @@ def stores(tmp_path_factory) -> Dict[str, Tuple[str, np.ndarray, object]]:
         shape = (20, 24, 28)
         path = str(root / f"{name}.zarr")
         arr = zarr.create_array(
-            store=path, shape=shape, chunks=(5, 8, 7), shards=(10, 16, 14), dtype=dtype,
-            compressors=codec(), fill_value=fill,
+            store=path,
+            shape=shape,
+            chunks=(5, 8, 7),
+            shards=(10, 16, 14),
+            dtype=dtype,
+            compressors=codec(),
+            fill_value=fill,
         )
         data = random_values(rng, dtype, shape)
         data[10:, 16:, :] = np.array(fill, dtype=dtype)  # a shard of fill: never written
@@ -129,7 +142,7 @@ def run_and_compare(stores, dtype: str, batch_size: int, n_per_array: int) -> No
     rng = np.random.default_rng(int(time.time() * 1000) % (1 << 32))
     wanted = []
     samples = []
-    for name, (path, _, fill) in stores.items():
+    for path, _, fill in stores.values():
         for box in random_boxes(rng, n_per_array):
             samples.append(damacy.Sample(uri=path, aabb=box))
             wanted.append(reference(path, box, fill))
@@ -170,27 +183,44 @@ def test_every_dtype_and_codec_bf16(serve_binary, stores):
 def test_ome_ngff_level(serve_binary, tmp_path):
     rng = np.random.default_rng(7)
     group = zarr.open_group(str(tmp_path / "image.zarr"), mode="w")
-    levels = [rng.integers(0, 4000, size=(16, 16), dtype=np.uint16), rng.integers(0, 4000, size=(8, 8), dtype=np.uint16)]
+    levels = [
+        rng.integers(0, 4000, size=(16, 16), dtype=np.uint16),
+        rng.integers(0, 4000, size=(8, 8), dtype=np.uint16),
+    ]
     for i, data in enumerate(levels):
-        a = group.create_array(str(i), shape=data.shape, chunks=(4, 4), shards=(8, 8), dtype="uint16",
-                               compressors=zarr_codecs.ZstdCodec(level=3), fill_value=0)
+        a = group.create_array(
+            str(i),
+            shape=data.shape,
+            chunks=(4, 4),
+            shards=(8, 8),
+            dtype="uint16",
+            compressors=zarr_codecs.ZstdCodec(level=3),
+            fill_value=0,
+        )
         a[:] = data
     group.attrs["ome"] = {
         "version": "0.5",
-        "multiscales": [{
-            "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
-            "datasets": [
-                {"path": str(i), "coordinateTransformations": [{"type": "scale", "scale": [2.0 ** i, 2.0 ** i]}]}
-                for i in range(2)
-            ],
-        }],
+        "multiscales": [
+            {
+                "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
+                "datasets": [
+                    {
+                        "path": str(i),
+                        "coordinateTransformations": [{"type": "scale", "scale": [2.0**i, 2.0**i]}],
+                    }
+                    for i in range(2)
+                ],
+            }
+        ],
     }
     cfg = host_config(batch_size=2)
     with damacy.Pipeline(cfg) as p:
-        p.push([
-            damacy.Sample(str(tmp_path / "image.zarr"), [(0, 4), (2, 6)], level=1),
-            damacy.Sample(str(tmp_path / "image.zarr"), [(4, 8), (0, 4)], level=0),
-        ])
+        p.push(
+            [
+                damacy.Sample(str(tmp_path / "image.zarr"), [(0, 4), (2, 6)], level=1),
+                damacy.Sample(str(tmp_path / "image.zarr"), [(4, 8), (0, 4)], level=0),
+            ]
+        )
         with p.pop() as b:
             got = b.numpy()
     np.testing.assert_array_equal(got[0], levels[1][0:4, 2:6].astype(np.float32))
@@ -211,6 +241,70 @@ def test_push_errors_name_the_sample(serve_binary, stores, tmp_path):
         p.flush()
         with p.pop() as b:  # the good sample is still queued
             assert b.info.shape[0] == 1
+
+
+def test_corrupt_chunk_fails_its_batch_only(serve_binary, stores, tmp_path):
+    bad = str(tmp_path / "bad.zarr")
+    arr = zarr.create_array(
+        store=bad,
+        shape=BOX,
+        chunks=BOX,
+        shards=BOX,
+        dtype="uint16",
+        compressors=zarr_codecs.ZstdCodec(level=3),
+        fill_value=0,
+    )
+    arr[:] = np.arange(np.prod(BOX), dtype=np.uint16).reshape(BOX)
+    shard = os.path.join(bad, "c", "0", "0", "0")
+    raw = bytearray(open(shard, "rb").read())
+    for i in range(4, 12):  # inside the zstd frame, before the index at the end
+        raw[i] ^= 0xFF
+    open(shard, "wb").write(bytes(raw))
+    good, fill = stores["u16-blosc-lz4"][0], stores["u16-blosc-lz4"][2]
+    boxes = [
+        [(0, 6), (0, 9), (0, 10)],
+        [(2, 8), (3, 12), (1, 11)],
+        [(14, 20), (15, 24), (18, 28)],
+        [(-2, 4), (0, 9), (0, 10)],
+    ]
+    whole = [(0, 6), (0, 9), (0, 10)]
+    with damacy.Pipeline(host_config(batch_size=2)) as p:
+        p.push([damacy.Sample(good, boxes[0]), damacy.Sample(good, boxes[1])])
+        p.push([damacy.Sample(bad, whole), damacy.Sample(bad, whole)])
+        p.push([damacy.Sample(good, boxes[2]), damacy.Sample(good, boxes[3])])
+        with p.pop() as b:
+            assert_batch(b.numpy(), np.stack([reference(good, box, fill) for box in boxes[:2]]), bf16=False)
+        with pytest.raises((damacy.DecodeError, damacy.StorageError)) as e:
+            p.pop()
+        assert "bad.zarr" in str(e.value) and e.value.what == "pop"
+        with p.pop() as b:  # the pipeline goes on
+            assert_batch(b.numpy(), np.stack([reference(good, box, fill) for box in boxes[2:]]), bf16=False)
+        with pytest.raises(damacy.TryAgain):  # the failed batch's samples were accounted for
+            p.pop()
+
+
+def test_a_view_holds_its_slot_in_the_server(serve_binary, stores):
+    path, _, fill = stores["u8-zstd"]
+    boxes = [[(i, i + 6), (0, 9), (0, 10)] for i in range(6)]
+    with damacy.Pipeline(host_config(batch_size=1, batch_slots=2, lookahead_batches=4)) as p:
+        p.push(damacy.Sample(path, box) for box in boxes)
+        b = p.pop()
+        x = np.from_dlpack(b)
+        b.release()
+        del b
+        second = p.pop()  # the other slot
+        third = {}
+        t = threading.Thread(target=lambda: third.setdefault("b", p.pop()))
+        t.start()
+        t.join(1.0)
+        assert t.is_alive(), "a third batch came while a view and a batch held both slots"
+        assert_batch(x[0], reference(path, boxes[0], fill), bf16=False)  # not overwritten
+        del x
+        t.join(30)
+        assert not t.is_alive(), "the slot did not come back when the view died"
+        with third["b"] as b:
+            assert_batch(b.numpy()[0], reference(path, boxes[2], fill), bf16=False)
+        second.release()
 
 
 def test_pipeline_made_on_a_short_lived_thread_keeps_its_server(serve_binary, stores):
@@ -239,18 +333,22 @@ SCRIPT = textwrap.dedent(
     print(p.server_info["pid"], flush=True)
     sys.stdin.readline()  # the test has seen the server
     if sys.argv[1] == "exit":
-        os._exit(0)
+        os._exit(0)  # no atexit: the server sees the socket's end
+    if sys.argv[1] == "return":
+        sys.exit(0)  # the pipeline is closed at interpreter exit
     time.sleep(60)
     """
 )
 
 
-@pytest.mark.parametrize("how", ["exit", "sigkill"])
+@pytest.mark.parametrize("how", ["return", "exit", "sigkill"])
 def test_no_orphan_server_when_the_client_dies(serve_binary, tmp_path, how):
     script = tmp_path / "client.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), DAMACY_BINARY=serve_binary)
-    child = subprocess.Popen([sys.executable, str(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    child = subprocess.Popen(
+        [sys.executable, str(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
     try:
         server = int(child.stdout.readline())
         assert not gone(server)
@@ -260,6 +358,8 @@ def test_no_orphan_server_when_the_client_dies(serve_binary, tmp_path, how):
             child.stdin.write(b"go\n")
             child.stdin.flush()
         child.wait(30)
+        if how == "return":
+            assert gone(server)  # closed, and waited for, before the interpreter ended
         wait_until(lambda: gone(server), timeout=10, what=f"server {server} to exit")
     finally:
         child.kill()

@@ -62,9 +62,18 @@ def write_array(path: str, data: np.ndarray, codec: str) -> None:
     except ImportError:
         zarr = None
     if zarr is not None:
-        compressor = zc.ZstdCodec(level=3) if codec == "zstd" else zc.BloscCodec(cname="lz4", shuffle="shuffle")
-        arr = zarr.create_array(store=path, shape=data.shape, chunks=(4, 6, 5), shards=(8, 12, 10),
-                                dtype=data.dtype, compressors=compressor, fill_value=0)
+        compressor = (
+            zc.ZstdCodec(level=3) if codec == "zstd" else zc.BloscCodec(cname="lz4", shuffle="shuffle")
+        )
+        arr = zarr.create_array(
+            store=path,
+            shape=data.shape,
+            chunks=(4, 6, 5),
+            shards=(8, 12, 10),
+            dtype=data.dtype,
+            compressors=compressor,
+            fill_value=0,
+        )
         arr[:] = data
         return
     import tensorstore as ts
@@ -72,7 +81,16 @@ def write_array(path: str, data: np.ndarray, codec: str) -> None:
     compressor = (
         {"name": "zstd", "configuration": {"level": 3, "checksum": False}}
         if codec == "zstd"
-        else {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": data.dtype.itemsize, "blocksize": 0}}
+        else {
+            "name": "blosc",
+            "configuration": {
+                "cname": "lz4",
+                "clevel": 5,
+                "shuffle": "shuffle",
+                "typesize": data.dtype.itemsize,
+                "blocksize": 0,
+            },
+        }
     )
     spec = {
         "driver": "zarr3",
@@ -83,14 +101,19 @@ def write_array(path: str, data: np.ndarray, codec: str) -> None:
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8, 12, 10]}},
             "chunk_key_encoding": {"name": "default"},
             "fill_value": 0,
-            "codecs": [{
-                "name": "sharding_indexed",
-                "configuration": {
-                    "chunk_shape": [4, 6, 5],
-                    "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, compressor],
-                    "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
-                },
-            }],
+            "codecs": [
+                {
+                    "name": "sharding_indexed",
+                    "configuration": {
+                        "chunk_shape": [4, 6, 5],
+                        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, compressor],
+                        "index_codecs": [
+                            {"name": "bytes", "configuration": {"endian": "little"}},
+                            {"name": "crc32c"},
+                        ],
+                    },
+                }
+            ],
         },
         "create": True,
         "delete_existing": True,
@@ -120,7 +143,9 @@ def read_box(path: str, box: List[Tuple[int, int]]) -> np.ndarray:
     out = np.zeros(tuple(b - a for a, b in box), np.float32)
     inner = tuple(slice(max(a, 0), min(b, n)) for (a, b), n in zip(box, shape))
     if all(s.stop > s.start for s in inner):
-        out[tuple(slice(s.start - a, s.stop - a) for s, (a, _) in zip(inner, box))] = read(inner).astype(np.float32)
+        out[tuple(slice(s.start - a, s.stop - a) for s, (a, _) in zip(inner, box))] = read(inner).astype(
+            np.float32
+        )
     return out
 
 
@@ -141,7 +166,10 @@ def stores(tmp_path_factory) -> Dict[str, str]:
 
 def boxes(n: int, seed: int) -> List[List[Tuple[int, int]]]:
     rng = np.random.default_rng(seed)
-    return [[(a, a + e) for a, e in ((int(rng.integers(-3, s - e + 4)), e) for s, e in zip(SHAPE, BOX))] for _ in range(n)]
+    return [
+        [(a, a + e) for a, e in ((int(rng.integers(-3, s - e + 4)), e) for s, e in zip(SHAPE, BOX))]
+        for _ in range(n)
+    ]
 
 
 def samples_of(stores: Dict[str, str], n: int, seed: int) -> List[damacy.Sample]:
@@ -152,8 +180,15 @@ def samples_of(stores: Dict[str, str], n: int, seed: int) -> List[damacy.Sample]
 
 
 def cfg(dtype: str, device, **kw) -> damacy.Config:
-    base = dict(batch_size=4, host_buffer_bytes=64 << 20, device_buffer_bytes=64 << 20, dtype=dtype,
-                device=device, max_chunk_uncompressed_bytes=1 << 20, lookahead_batches=4)
+    base = dict(
+        batch_size=4,
+        host_buffer_bytes=64 << 20,
+        device_buffer_bytes=64 << 20,
+        dtype=dtype,
+        device=device,
+        max_chunk_uncompressed_bytes=1 << 20,
+        lookahead_batches=4,
+    )
     base.update(kw)
     return damacy.Config(**base)
 
@@ -205,7 +240,7 @@ def test_release_after_a_stream(torch, stores):
         p.push(samples)
         stream = torch.cuda.Stream()
         results = []
-        for k, b in enumerate(p.batches(6)):
+        for b in p.batches(6):
             with torch.cuda.stream(stream):
                 x = torch.from_dlpack(b)  # stream waits for the batch
                 for _ in range(20):  # keep the stream busy while the next batches come
@@ -228,7 +263,12 @@ def test_stream_handshake_and_capsule_versions(torch, stores):
         with p.pop() as b:
             want = np.stack([read_box(s.uri, list(s.aabb)) for s in samples])
             stream = torch.cuda.current_stream().cuda_stream
-            for kwargs in [dict(stream=stream, max_version=(1, 0)), dict(stream=None), dict(stream=2), dict(stream=-1)]:
+            for kwargs in [
+                dict(stream=stream, max_version=(1, 0)),
+                dict(stream=None),
+                dict(stream=2),
+                dict(stream=-1),
+            ]:
                 if kwargs["stream"] == -1:
                     torch.cuda.synchronize()  # the earlier exports made the batch ready here
                 x = torch_dlpack.from_dlpack(b.__dlpack__(**kwargs))  # a raw capsule: v1 or v0
@@ -288,7 +328,9 @@ def test_cuda_engine_without_torch(torch, stores, tmp_path):
         "out": str(tmp_path / "batch.npy"),
     }
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    run = subprocess.run([sys.executable, "-c", BARE, json.dumps(spec)], env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", BARE, json.dumps(spec)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     want = np.stack([read_box(s.uri, list(s.aabb)) for s in samples])
     np.testing.assert_array_equal(np.load(spec["out"]), want)

@@ -87,18 +87,22 @@ SCRIPT = textwrap.dedent(
     print(p.server_info["pid"], flush=True)
     sys.stdin.readline()  # the test has seen the server
     if sys.argv[1] == "exit":
-        os._exit(0)
+        os._exit(0)  # no atexit: the server sees the socket's end
+    if sys.argv[1] == "return":
+        sys.exit(0)  # the pipeline is closed at interpreter exit
     time.sleep(60)
     """
 )
 
 
-@pytest.mark.parametrize("how", ["exit", "sigkill"])
+@pytest.mark.parametrize("how", ["return", "exit", "sigkill"])
 def test_no_orphan_server_when_the_client_dies(fake_binary, tmp_path, how):
     script = tmp_path / "client.py"
     script.write_text(SCRIPT.format(tests=HERE))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    child = subprocess.Popen([sys.executable, str(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    child = subprocess.Popen(
+        [sys.executable, str(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
     try:
         line = child.stdout.readline()
         server = int(line)
@@ -109,6 +113,8 @@ def test_no_orphan_server_when_the_client_dies(fake_binary, tmp_path, how):
             child.stdin.write(b"go\n")
             child.stdin.flush()
         child.wait(30)
+        if how == "return":
+            assert gone(server)  # closed, and waited for, before the interpreter ended
         wait_until(lambda: gone(server), timeout=10, what=f"server {server} to exit")
     finally:
         child.kill()

@@ -8,6 +8,7 @@ import logging
 import os
 import struct
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -63,10 +64,20 @@ def test_hello_sends_the_config_and_device(fake):
         assert hello["op"] == "hello" and hello["version"] == 1 and isinstance(hello["id"], int)
         assert hello["device"] == {"kind": "cpu"}
         assert hello["config"] == {
-            "batch_size": 3, "host_buffer_bytes": 1 << 20, "device_buffer_bytes": 1 << 20, "dtype": "bf16",
-            "lookahead_batches": 2, "n_io_threads": 4, "n_compute_threads": 0, "n_zarrs_meta_cache": 64,
-            "n_shards_meta_cache": 256, "max_chunk_uncompressed_bytes": 0, "max_gpu_memory_bytes": 0,
-            "max_bytes_per_element": 0, "sample_shape": [2, 3], "batch_slots": 3,
+            "batch_size": 3,
+            "host_buffer_bytes": 1 << 20,
+            "device_buffer_bytes": 1 << 20,
+            "dtype": "bf16",
+            "lookahead_batches": 2,
+            "n_io_threads": 4,
+            "n_compute_threads": 0,
+            "n_zarrs_meta_cache": 64,
+            "n_shards_meta_cache": 256,
+            "max_chunk_uncompressed_bytes": 0,
+            "max_gpu_memory_bytes": 0,
+            "max_bytes_per_element": 0,
+            "sample_shape": [2, 3],
+            "batch_slots": 3,
         }
         info = p.server_info
         assert info["engine"] == "host" and info["slots"] == 2 and info["pid"] == os.getpid()
@@ -313,6 +324,45 @@ def test_release_from_another_thread_wakes_a_blocked_pop(fake):
         result["batch"].release()
 
 
+def test_interrupted_pop_gives_its_batch_back(fake):
+    import _thread
+
+    with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
+        p.push(sample(i) for i in range(6))
+        fake.last.pop_gate.clear()
+        threading.Timer(0.3, _thread.interrupt_main).start()
+        with pytest.raises(KeyboardInterrupt):
+            p.pop()
+        fake.last.pop_gate.set()  # the abandoned pop's batch arrives now
+        wait_until(
+            lambda: [r["batch"] for r in fake.last.releases] == [0], what="the abandoned batch's release"
+        )
+        firsts = []
+        for b in p.batches(5):  # the accounting includes the abandoned batch
+            with b:
+                firsts.append(float(b.numpy()[0, 0, 0, 0]))
+        assert firsts == [float(pattern("mem://a", sample(i).aabb)[0, 0, 0]) for i in range(1, 6)]
+
+
+def test_releases_from_many_threads(fake):
+    import concurrent.futures
+    import random
+
+    def consume(b):
+        with b:
+            value = float(b.numpy()[0, 0, 0, 0])
+        time.sleep(random.random() / 500)
+        return value
+
+    with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
+        p.push(sample(i) for i in range(40))
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(consume, p.pop()) for _ in range(40)]
+            values = [f.result(timeout=30) for f in futures]
+        assert values == [float(pattern("mem://a", sample(i).aabb)[0, 0, 0]) for i in range(40)]
+        wait_until(lambda: len(fake.last.releases) == 40)
+
+
 def test_release_is_idempotent_and_info_raises_after(fake):
     with damacy.Pipeline(config(batch_size=1)) as p:
         p.push([sample(0)])
@@ -322,7 +372,7 @@ def test_release_is_idempotent_and_info_raises_after(fake):
         with b:
             pass
         with pytest.raises(damacy.InvalidArgument, match="was released"):
-            b.info
+            _ = b.info
         with pytest.raises(damacy.InvalidArgument):
             b.__dlpack__()
         assert "released" in repr(b)

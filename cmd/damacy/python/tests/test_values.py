@@ -26,10 +26,29 @@ def test_doctests(module):
 
 def test_public_surface():
     names = {
-        "Pipeline", "Config", "Sample", "Batch", "BatchInfo", "Metric", "Stats", "Dtype", "Status",
-        "DamacyError", "TryAgain", "InvalidArgument", "NotFound", "DtypeMismatch", "RankMismatch",
-        "StorageError", "DecodeError", "NativeCudaError", "OutOfMemory", "BudgetExceeded",
-        "ShutdownError", "set_log_level", "__version__",
+        "Pipeline",
+        "Config",
+        "Sample",
+        "Batch",
+        "BatchInfo",
+        "Metric",
+        "Stats",
+        "Dtype",
+        "Status",
+        "DamacyError",
+        "TryAgain",
+        "InvalidArgument",
+        "NotFound",
+        "DtypeMismatch",
+        "RankMismatch",
+        "StorageError",
+        "DecodeError",
+        "NativeCudaError",
+        "OutOfMemory",
+        "BudgetExceeded",
+        "ShutdownError",
+        "set_log_level",
+        "__version__",
     }
     assert names <= set(damacy.__all__)
     for name in names:
@@ -52,9 +71,19 @@ def test_config_defaults_match_the_seed():
     assert c.device is None
     assert (c.sample_shape, c.batch_slots) == ((), 0)
     seed_order = [
-        "batch_size", "host_buffer_bytes", "device_buffer_bytes", "dtype", "lookahead_batches",
-        "n_io_threads", "n_compute_threads", "n_zarrs_meta_cache", "n_shards_meta_cache",
-        "max_chunk_uncompressed_bytes", "max_gpu_memory_bytes", "max_bytes_per_element", "device",
+        "batch_size",
+        "host_buffer_bytes",
+        "device_buffer_bytes",
+        "dtype",
+        "lookahead_batches",
+        "n_io_threads",
+        "n_compute_threads",
+        "n_zarrs_meta_cache",
+        "n_shards_meta_cache",
+        "max_chunk_uncompressed_bytes",
+        "max_gpu_memory_bytes",
+        "max_bytes_per_element",
+        "device",
     ]
     assert [f.name for f in dataclasses.fields(Config)][: len(seed_order)] == seed_order
 
@@ -138,8 +167,12 @@ def test_config_type_errors(field, value, message):
 
 def test_config_accepts_numpy_ints_and_extras():
     c = Config(
-        batch_size=np.int64(4), host_buffer_bytes=0, device_buffer_bytes=0, device="cpu",
-        sample_shape=[2, np.int32(3)], batch_slots=4,
+        batch_size=np.int64(4),
+        host_buffer_bytes=0,
+        device_buffer_bytes=0,
+        device="cpu",
+        sample_shape=[2, np.int32(3)],
+        batch_slots=4,
     )
     assert type(c.batch_size) is int and c.sample_shape == (2, 3) and c.device == "cpu"
     assert Config(batch_size=1, host_buffer_bytes=0, device_buffer_bytes=0, device=np.int64(1)).device == 1
@@ -190,8 +223,14 @@ def test_sample_type_errors(aabb, message):
 @pytest.mark.parametrize(
     "aabb, message",
     [
-        ([slice(0, 64, 2), slice(0, 256), slice(0, 256)], "aabb axis 0: slice step must be 1 or omitted (got step=2)"),
-        ([slice(0, None), slice(0, 256), slice(0, 256)], "aabb axis 0: slice stop is required (got slice(0, None, None))"),
+        (
+            [slice(0, 64, 2), slice(0, 256), slice(0, 256)],
+            "aabb axis 0: slice step must be 1 or omitted (got step=2)",
+        ),
+        (
+            [slice(0, None), slice(0, 256), slice(0, 256)],
+            "aabb axis 0: slice stop is required (got slice(0, None, None))",
+        ),
         ([(0, 4), (5, 5)], "aabb axis 1: stop must be > start (got (5, 5))"),
         ([(0, 4), (6, 5)], "aabb axis 1: stop must be > start (got (6, 5))"),
         ([(0, 4, 8)], "aabb axis 0: expected (start, stop); got 3 values"),
@@ -231,7 +270,20 @@ def test_dtype_coerce():
 
 
 def test_status_codes():
-    names = ["OK", "AGAIN", "INVAL", "NOTFOUND", "DTYPE", "RANK", "IO", "DECODE", "CUDA", "OOM", "BUDGET", "SHUTDOWN"]
+    names = [
+        "OK",
+        "AGAIN",
+        "INVAL",
+        "NOTFOUND",
+        "DTYPE",
+        "RANK",
+        "IO",
+        "DECODE",
+        "CUDA",
+        "OOM",
+        "BUDGET",
+        "SHUTDOWN",
+    ]
     assert [s.name for s in Status] == names
     assert [int(s) for s in Status] == list(range(12))
 
@@ -283,13 +335,31 @@ def test_stats_from_wire():
     assert st.plan.name == "plan" and st.plan.count == 0 and st.plan.best_ms >= 1e30
     assert (st.batches_emitted, st.engine, st.samples_in_flight) == (3, "host", 0)
     seed = [
-        "plan", "io", "h2d", "decompress", "assemble", "pop_wait_io", "pop_wait_compute", "flush_wait",
-        "zarr_meta_hits", "zarr_meta_misses", "shard_idx_hits", "shard_idx_misses", "batches_emitted",
-        "batches_truncated", "waves_emitted", "gpu_bytes_committed",
+        "plan",
+        "io",
+        "h2d",
+        "decompress",
+        "assemble",
+        "pop_wait_io",
+        "pop_wait_compute",
+        "flush_wait",
+        "zarr_meta_hits",
+        "zarr_meta_misses",
+        "shard_idx_hits",
+        "shard_idx_misses",
+        "batches_emitted",
+        "batches_truncated",
+        "waves_emitted",
+        "gpu_bytes_committed",
     ]
     assert [f.name for f in dataclasses.fields(damacy.Stats)][: len(seed)] == seed
     assert [f.name for f in dataclasses.fields(damacy.Metric)] == [
-        "name", "ms", "best_ms", "input_bytes", "output_bytes", "count",
+        "name",
+        "ms",
+        "best_ms",
+        "input_bytes",
+        "output_bytes",
+        "count",
     ]
 
 

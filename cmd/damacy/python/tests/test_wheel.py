@@ -41,8 +41,15 @@ def test_wheel_contents(tmp_path, arch, machine, platform):
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         info = f"damacy-{version}.dist-info"
-        for required in ["damacy/__init__.py", "damacy/_version.py", "damacy/py.typed", "damacy/bin/damacy",
-                         f"{info}/METADATA", f"{info}/WHEEL", f"{info}/RECORD"]:
+        for required in [
+            "damacy/__init__.py",
+            "damacy/_version.py",
+            "damacy/py.typed",
+            "damacy/bin/damacy",
+            f"{info}/METADATA",
+            f"{info}/WHEEL",
+            f"{info}/RECORD",
+        ]:
             assert required in names
         assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
         binary_info = z.getinfo("damacy/bin/damacy")
@@ -92,7 +99,10 @@ def test_wheel_refuses_a_binary_of_another_arch(tmp_path):
         builder.build(str(tmp_path / "script"), "amd64", str(tmp_path))
 
 
-@pytest.mark.skipif(os.environ.get("DAMACY_TEST_INSTALLED") != "1", reason="runs against an installed wheel (make test-python)")
+@pytest.mark.skipif(
+    os.environ.get("DAMACY_TEST_INSTALLED") != "1",
+    reason="runs against an installed wheel (make test-python)",
+)
 def test_installed_package_carries_the_binary():
     package = os.path.dirname(damacy.__file__)
     assert not package.startswith(SOURCE + os.sep), f"damacy imported from the source tree: {package}"
