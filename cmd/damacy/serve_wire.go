@@ -203,7 +203,9 @@ var kindStatus = []struct {
 	{pipeline.ErrOutOfMemory, statusOOM},
 	{pipeline.ErrBudget, statusBudget},
 	{pipeline.ErrShutdown, statusShutdown},
-	// A Pop cancelled by the server's shutdown.
+	// A Pop cancelled by the server's shutdown: the server cancels pops
+	// only when it closes.
+	{pipeline.ErrCanceled, statusShutdown},
 	{context.Canceled, statusShutdown},
 }
 
