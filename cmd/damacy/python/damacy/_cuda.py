@@ -183,8 +183,7 @@ class Driver:
     def ipc_open_mem(self, handle: bytes) -> int:
         """cuIpcOpenMemHandle_v2 with CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS."""
         ptr = ctypes.c_uint64()
-        h = CUipcMemHandle()
-        h.reserved = _handle(handle)
+        h = CUipcMemHandle.from_buffer_copy(_handle(handle))
         self._call("cuIpcOpenMemHandle_v2", ctypes.byref(ptr), h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
         return ptr.value
 
@@ -195,8 +194,7 @@ class Driver:
     def ipc_open_event(self, handle: bytes) -> int:
         """cuIpcOpenEventHandle."""
         ev = ctypes.c_void_p()
-        h = CUipcEventHandle()
-        h.reserved = _handle(handle)
+        h = CUipcEventHandle.from_buffer_copy(_handle(handle))
         self._call("cuIpcOpenEventHandle", ctypes.byref(ev), h)
         return ev.value or 0
 

@@ -366,8 +366,11 @@ class FakeServer:
 
 
 def _handle(text: str) -> str:
-    """A 64-byte IPC handle holding text, in hex."""
-    return text.encode().ljust(64, b"\0").hex()
+    """A 64-byte IPC handle holding text, then a NUL, then 0x5A bytes, in
+    hex. Real handles hold NUL bytes anywhere: the stand-in libcuda refuses a
+    handle whose bytes after the text's NUL were lost on the way."""
+    raw = text.encode() + b"\0"
+    return raw.ljust(64, b"\x5a").hex()
 
 
 def main(argv: List[str]) -> int:

@@ -32,6 +32,17 @@
 
 typedef struct { char reserved[64]; } ipc_handle;
 
+/* handle_intact checks a handle from the fake server: its text, a NUL,
+ * then 0x5A bytes to the end (see fake_server._handle). A client that
+ * copies the handle as a C string loses the tail. */
+static int handle_intact(const ipc_handle *h) {
+    size_t n = strnlen(h->reserved, 64);
+    for (size_t i = n + 1; i < 64; i++) {
+        if ((unsigned char)h->reserved[i] != 0x5A) return 0;
+    }
+    return 1;
+}
+
 static __thread uintptr_t current;
 static int refs[NDEV];
 static uintptr_t next_event = 0x50000, next_stream = 0x60000;
@@ -102,7 +113,7 @@ int cuIpcOpenMemHandle_v2(uint64_t *ptr, ipc_handle h, unsigned flags) {
     char text[65];
     memcpy(text, h.reserved, 64);
     text[64] = 0;
-    if (sscanf(text, "memfd %d %d %zu", &pid, &fd, &size) != 3) return INVALID_VALUE;
+    if (!handle_intact(&h) || sscanf(text, "memfd %d %d %zu", &pid, &fd, &size) != 3) return INVALID_VALUE;
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, fd);
     int f = open(path, O_RDWR);
@@ -133,6 +144,7 @@ int cuIpcCloseMemHandle(uint64_t ptr) {
 
 int cuIpcOpenEventHandle(uintptr_t *event, ipc_handle h) {
     NEED_CONTEXT();
+    if (!handle_intact(&h)) return INVALID_VALUE;
     char text[65];
     memcpy(text, h.reserved, 64);
     text[64] = 0;
