@@ -5,8 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strconv"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
