@@ -162,12 +162,6 @@ func StartMinIO(t testing.TB) *MinIO {
 	if lastErr != nil {
 		t.Fatal(lastErr)
 	}
-	m.client = s3.New(s3.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(m.Endpoint),
-		UsePathStyle: true,
-		Credentials:  credentials.NewStaticCredentialsProvider(m.AccessKey, m.SecretKey, ""),
-	})
 	m.opener, err = remote.NewOpener(m.Options())
 	if err != nil {
 		t.Fatal(err)
@@ -219,6 +213,12 @@ func (m *MinIO) start(t testing.TB, bin string) error {
 		}
 	}
 	m.Endpoint = "http://" + addr
+	m.client = s3.New(s3.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(m.Endpoint),
+		UsePathStyle: true,
+		Credentials:  credentials.NewStaticCredentialsProvider(m.AccessKey, m.SecretKey, ""),
+	})
 	// Ready when /minio/health/live answers 200 (MinIO offers no other
 	// signal; poll it).
 	client := &http.Client{Timeout: time.Second}
@@ -244,6 +244,21 @@ func (m *MinIO) start(t testing.TB, bin string) error {
 		}
 	}
 	client.CloseIdleConnections()
+	// Live is not ready: until its storage is initialised MinIO answers S3
+	// calls with 503 XMinioServerNotInitialized. Wait for a bucket listing.
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := m.client.ListBuckets(ctx, &s3.ListBucketsInput{})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return fmt.Errorf("remotetest: MinIO not ready after 90 s: %v\n%s", err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	t.Cleanup(stop)
 	return nil
 }
