@@ -47,9 +47,9 @@ type cudaEngine struct {
 	asmS      cuda.Stream
 	slabs     chan *cuda.HostBuffer
 	allSlabs  []*cuda.HostBuffer // for close
-	mem       cuda.DevicePtr // one allocation: the wave buffers, then the chunk cache's region
-	cacheAt   cuda.DevicePtr // the chunk cache's region, after the wave buffers
-	memEnd    cuda.DevicePtr // the end of mem
+	mem       cuda.DevicePtr     // one allocation: the wave buffers, then the chunk cache's region
+	cacheAt   cuda.DevicePtr     // the chunk cache's region, after the wave buffers
+	memEnd    cuda.DevicePtr     // the end of mem
 	bufs      []*waveBuf
 	bufFree   chan *waveBuf
 	pool      *slotPool

@@ -23,18 +23,18 @@ const hostSlabs = 3
 // stages is what the host and CUDA engines share: metadata, planning, IO
 // and CPU decoding, and the plumbing that moves waves between stages.
 type stages struct {
-	cfg   Config
-	stats *statsSink
-	meta  *metaCache
-	fds   *fdCache
-	io    *work.Pool
-	cpu   *work.Pool
-	decs  chan *zarr.Decoder // one per CPU worker
+	cfg    Config
+	stats  *statsSink
+	meta   *metaCache
+	fds    *fdCache
+	io     *work.Pool
+	cpu    *work.Pool
+	decs   chan *zarr.Decoder // one per CPU worker
 	lim    waveLimits
 	chunks *chunkCache // nil: no chunk cache
 	shape  []int
-	head  atomic.Int32 // stage of the oldest unfinished batch
-	trace tracer
+	head   atomic.Int32 // stage of the oldest unfinished batch
+	trace  tracer
 }
 
 func newStages(cfg Config, stats *statsSink) (*stages, error) {
@@ -292,7 +292,7 @@ type hostEngine struct {
 	*stages
 	pool  *slotPool
 	slabs chan []byte
-	arena []byte // the decoded chunks of the wave being assembled, then the chunk cache's region
+	arena []byte         // the decoded chunks of the wave being assembled, then the chunk cache's region
 	pin   runtime.Pinner // keeps slot memory where DLPack consumers may see it
 	full  *ptx.Plan      // the assemble plan of a full batch, made by reserve
 }
