@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/damacy-go/damacy/cuda/cudatest"
 	"github.com/damacy-go/damacy/pipeline"
 )
 
@@ -183,4 +184,47 @@ func TestSoakSeries(t *testing.T) {
 	if !grow.RSS.Growing || grow.RSS.Min != 1<<30 || grow.RSS.Last != 1<<30+180<<20 {
 		t.Errorf("growing rss: %+v", grow.RSS)
 	}
+}
+
+// TestRunCUDACache runs the smoke scenario on the CUDA engine for three
+// epochs with a chunk cache, then for a few seconds (--duration): the
+// later epochs hit the cache, and the soak samples the GPU's memory and
+// checks the largest against run.gpu_cap.
+func TestRunCUDACache(t *testing.T) {
+	cudatest.MustHaveGPU(t)
+	data := filepath.Join(t.TempDir(), "data")
+	sc, err := LoadScenario("smoke")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The smoke dataset decodes to 8 MiB; room for the cache under the cap.
+	sc.Run.Engine, sc.Run.GPUCap = "cuda", 2<<30
+	sc.Run.Warmup, sc.Run.Batches, sc.Run.Epochs, sc.Run.ChunkCache = 0, 24, 3, 16<<20
+	rep, _ := runScenario(t, sc, Options{Verify: true, Data: data})
+	if er := rep.Epochs; rep.Engine != "cuda" || !rep.Verified || er == nil || len(er.Each) != 3 || er.LaterHitRate < 0.5 {
+		t.Errorf("engine %s, verified %v, epochs %+v; want a verified cuda run of 3 epochs, the later ones mostly hits", rep.Engine, rep.Verified, er)
+	}
+
+	sc.Run.Epochs = 1
+	rep, _ = runScenario(t, sc, Options{Data: data, Duration: 3 * time.Second})
+	s := rep.Soak
+	if s == nil || s.GPUCommitted == nil || s.GPUUsed == nil {
+		t.Fatalf("soak report %+v: want GPU memory series", s)
+	}
+	if s.GPUCommitted.Min != s.GPUCommitted.Max || s.GPUCommitted.Max < float64(sc.Run.ChunkCache) || s.GPUUsed.Min < s.GPUCommitted.Max {
+		t.Errorf("gpu committed %+v (a chunk cache of %d), device used %+v: want committed flat, holding the cache, within used", s.GPUCommitted, sc.Run.ChunkCache, s.GPUUsed)
+	}
+	limits := map[string]SoakLimit{}
+	for _, l := range s.Limits {
+		limits[l.Name] = l
+	}
+	if l, ok := limits["gpu committed"]; !ok || !l.Within || l.Limit != int64(sc.Run.GPUCap) {
+		t.Errorf("gpu committed limit %+v; want within run.gpu_cap", l)
+	}
+	if _, ok := limits["rss"]; !ok && runtime.GOOS == "linux" {
+		t.Errorf("no rss limit in %+v", s.Limits)
+	}
+	var text strings.Builder
+	rep.WriteText(&text)
+	t.Logf("soak:\n%s", text.String()[strings.Index(text.String(), "soak "):])
 }
