@@ -135,7 +135,9 @@ type Config struct {
 	// once per batch that reads them, and one that changed has its shard
 	// index and chunks read again; objects of other stores count as
 	// unchanged while their size is cached (Config.ShardIndexCache).
-	// Stats.ChunkCache* report its use. At least 1 MiB when set.
+	// Batches planned before the batch that first read a chunk was
+	// assembled (the lookahead) read it too. Stats.ChunkCache* report its
+	// use. At least 1 MiB when set.
 	ChunkCacheBytes int64
 	// MaxBytesPerElement is the largest source element size accepted
 	// (1, 2, 4 or 8). Default 8.
