@@ -128,9 +128,11 @@ type Config struct {
 	// CUDA engine, where it counts towards MaxGPUMemoryBytes; in host
 	// memory on the host engine), so that a chunk read again, by a later
 	// batch or a later epoch, skips its read, copy and decode. It is
-	// reserved whole at New and holds each chunk in the form the assemble
-	// step reads; the least recently used chunks no batch in flight reads
-	// make room for new ones. A chunk is found again only while its file
+	// reserved whole with the other buffers (so at New, or on the host
+	// engine at the first Push when that fixes the sample shape), and
+	// holds each chunk in the form the assemble step reads; the least
+	// recently used chunks no batch in flight reads make room for new
+	// ones. A chunk is found again only while its file
 	// is unchanged: local files are checked (size and modification time)
 	// once per batch that reads them, and one that changed has its shard
 	// index and chunks read again; objects of other stores count as
