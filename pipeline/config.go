@@ -120,8 +120,27 @@ type Config struct {
 	// fails with ErrBudget naming it. Default 8 MiB.
 	MaxChunkBytes int64
 	// MaxGPUMemoryBytes is a hard cap on the device memory the pipeline
-	// reserves (batch slots, wave buffers, decoder scratch). 0: no cap.
+	// reserves (batch slots, wave buffers, decoder scratch, the chunk
+	// cache). 0: no cap.
 	MaxGPUMemoryBytes int64
+	// ChunkCacheBytes is the size of the chunk cache, 0 (the default) for
+	// none: decoded chunks kept across batches (in device memory on the
+	// CUDA engine, where it counts towards MaxGPUMemoryBytes; in host
+	// memory on the host engine), so that a chunk read again, by a later
+	// batch or a later epoch, skips its read, copy and decode. It is
+	// reserved whole with the other buffers (so at New, or on the host
+	// engine at the first Push when that fixes the sample shape), and
+	// holds each chunk in the form the assemble step reads; the least
+	// recently used chunks no batch in flight reads make room for new
+	// ones. A chunk is found again only while its file
+	// is unchanged: local files are checked (size and modification time)
+	// once per batch that reads them, and one that changed has its shard
+	// index and chunks read again; objects of other stores count as
+	// unchanged while their size is cached (Config.ShardIndexCache).
+	// Batches planned before the batch that first read a chunk was
+	// assembled (the lookahead) read it too. Stats.ChunkCache* report its
+	// use. At least 1 MiB when set.
+	ChunkCacheBytes int64
 	// MaxBytesPerElement is the largest source element size accepted
 	// (1, 2, 4 or 8). Default 8.
 	MaxBytesPerElement int
@@ -224,6 +243,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxGPUMemoryBytes < 0 {
 		return bad("MaxGPUMemoryBytes", c.MaxGPUMemoryBytes, "0 (no cap) or positive")
+	}
+	if c.ChunkCacheBytes != 0 && (c.ChunkCacheBytes < 1<<20 || c.ChunkCacheBytes > 1<<46) {
+		return bad("ChunkCacheBytes", c.ChunkCacheBytes, "0 (no cache) or in 1 MiB..64 TiB")
 	}
 	if c.MaxBytesPerElement == 0 {
 		c.MaxBytesPerElement = DefaultMaxBytesPerElem

@@ -33,8 +33,11 @@ func (e *cudaEngine) close() error {
 			if e.empty != 0 {
 				errs = append(errs, e.empty.Free())
 			}
+			if e.mem != 0 {
+				errs = append(errs, e.mem.Free())
+			}
 			for _, b := range e.bufs {
-				errs = append(errs, b.base.Free(), b.summary.Free())
+				errs = append(errs, b.summary.Free())
 				if b.sumHost != nil {
 					errs = append(errs, b.sumHost.Free())
 				}

@@ -37,6 +37,7 @@ func (e *cudaEngine) retire(ctx context.Context, in <-chan *cudaWave, out chan<-
 			e.finish(ctx, cw)
 		}
 		e.recycle(cw)
+		e.settleCache(cw)
 		e.wavesDone.Add(1)
 		bs := cw.batch
 		if cw.err != nil {
@@ -211,13 +212,24 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 	if err != nil {
 		return err
 	}
+	// The chunk cache's copies of these chunks were taken from the arena
+	// before this redo: they are written again too.
+	cached := map[*job]*cacheEntry{}
+	for _, in := range cw.inserts {
+		cached[in.job] = in.entry
+	}
 	for k, j := range jobs {
 		if err := cuda.CopyHtoD(b.base+cuda.DevicePtr(b.arena+j.decOff), outs[k]); err != nil {
 			return gpuErr("decode", err)
 		}
+		if en := cached[j]; en != nil {
+			if err := cuda.CopyHtoD(e.cacheAt+cuda.DevicePtr(en.off), outs[k]); err != nil {
+				return gpuErr("decode", err)
+			}
+		}
 	}
 	ops, blocks := b.base+cuda.DevicePtr(cw.opsOff), b.base+cuda.DevicePtr(cw.blkOff)
-	if err := e.kernels.Assemble(e.asmS, cw.plan, ops, blocks, b.base, b.size, cuda.DevicePtr(cw.batch.slot.dev)); err != nil {
+	if err := e.kernels.Assemble(e.asmS, cw.plan, ops, blocks, b.base, e.readable(b), cuda.DevicePtr(cw.batch.slot.dev)); err != nil {
 		return gpuErr("assemble", err)
 	}
 	if err := e.asmS.Synchronize(); err != nil {
@@ -228,6 +240,26 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 		s.ChunksRedecoded += int64(len(jobs))
 	})
 	return nil
+}
+
+// settleCache ends a retired wave's use of the chunk cache: the chunks it
+// copied in are published if the wave came through sound, else their room
+// is freed, and the entries it read are unpinned. Behind a stuck wave it
+// leaves everything as it is: the GPU may still be at it.
+func (e *cudaEngine) settleCache(cw *cudaWave) {
+	if e.chunks == nil || e.stuck.Load() {
+		return
+	}
+	sound := cw.submitted && cw.err == nil
+	for _, in := range cw.inserts {
+		if sound {
+			e.chunks.publish(in.entry)
+		} else {
+			e.chunks.drop(in.entry)
+		}
+	}
+	cw.inserts = nil
+	e.releaseHits(cw.wave)
 }
 
 // decodeAgain decodes the stored bytes of a chunk nvCOMP did not decode

@@ -47,6 +47,9 @@ type cudaEngine struct {
 	asmS      cuda.Stream
 	slabs     chan *cuda.HostBuffer
 	allSlabs  []*cuda.HostBuffer // for close
+	mem       cuda.DevicePtr     // one allocation: the wave buffers, then the chunk cache's region
+	cacheAt   cuda.DevicePtr     // the chunk cache's region, after the wave buffers
+	memEnd    cuda.DevicePtr     // the end of mem
 	bufs      []*waveBuf
 	bufFree   chan *waveBuf
 	pool      *slotPool
@@ -63,7 +66,9 @@ type cudaEngine struct {
 }
 
 // waveBuf is one device wave buffer: staging (a copy of the slab) then the
-// arena nvCOMP decodes into, both addressed from base by the assemble ops.
+// arena nvCOMP decodes into, both addressed from base by the assemble ops,
+// as is the chunk cache, which lies after the last wave buffer in the same
+// allocation (offsets from base to it are positive).
 type waveBuf struct {
 	base     cuda.DevicePtr
 	arena    int64 // offset of the arena from base
@@ -134,6 +139,20 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 		return errorf("new", ErrBudget, "", "Config.DeviceBufferBytes = %d gives %d-byte wave arenas, below one chunk of Config.MaxChunkBytes = %d: raise it to at least %d or lower MaxChunkBytes", cfg.DeviceBufferBytes, arena, cfg.MaxChunkBytes, need*cudaWaveBufs)
 	}
 	e.lim = waveLimits{slab: slab, arena: arena, jobs: maxWaveJobs, ops: maxWaveOps, opCost: opBytes, readCap: 4 << 20, readGap: 64 << 10}
+	// The guard after each arena catches what nvCOMP writes past a damaged
+	// zstd chunk's output (it reports the larger size, the status check
+	// fails the wave, and nothing outside the wave buffer is touched: not
+	// the next buffer, not the chunk cache); a block decodes to at most
+	// 128 KiB.
+	bufSize := slab + arena + arenaGuard
+	var cacheBytes int64
+	if e.chunks != nil {
+		cacheBytes = e.chunks.size
+	}
+	memBytes := cudaWaveBufs*bufSize + cacheBytes
+	if cfg.MaxGPUMemoryBytes > 0 && memBytes > cfg.MaxGPUMemoryBytes {
+		return errorf("new", ErrBudget, "", "wave buffers (%d bytes) and the chunk cache (%d) need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it, or lower DeviceBufferBytes / HostBufferBytes / ChunkCacheBytes", cudaWaveBufs*bufSize, cacheBytes, memBytes, cfg.MaxGPUMemoryBytes)
+	}
 	e.inAlign = 1
 	err := e.ex.Do(func() error {
 		var err error
@@ -181,18 +200,16 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 			e.slabs <- h
 			e.allSlabs = append(e.allSlabs, h)
 		}
+		if e.mem, err = cuda.MemAlloc(int(memBytes)); err != nil {
+			return err
+		}
+		e.committed += memBytes
+		e.cacheAt = e.mem + cuda.DevicePtr(cudaWaveBufs*bufSize)
+		e.memEnd = e.mem + cuda.DevicePtr(memBytes)
 		e.bufFree = make(chan *waveBuf, cudaWaveBufs)
-		for range cudaWaveBufs {
-			// The guard after the arena catches what nvCOMP writes past a
-			// damaged zstd chunk's output (it reports the larger size, the
-			// status check fails the wave, and nothing outside the wave
-			// buffer is touched); a block decodes to at most 128 KiB.
-			b := &waveBuf{arena: slab, size: slab + arena + arenaGuard}
+		for i := range cudaWaveBufs {
+			b := &waveBuf{base: e.mem + cuda.DevicePtr(int64(i)*bufSize), arena: slab, size: bufSize}
 			e.bufs = append(e.bufs, b)
-			if b.base, err = cuda.MemAlloc(int(b.size)); err != nil {
-				return err
-			}
-			e.committed += b.size
 			if b.summary, err = cuda.MemAlloc(ptx.StatusSummarySize); err != nil {
 				return err
 			}
@@ -212,7 +229,7 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 		return cudaError("new", err)
 	}
 	if cfg.MaxGPUMemoryBytes > 0 && e.committed > cfg.MaxGPUMemoryBytes {
-		return errorf("new", ErrBudget, "", "wave buffers and nvCOMP scratch need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it, or lower DeviceBufferBytes / HostBufferBytes", e.committed, cfg.MaxGPUMemoryBytes)
+		return errorf("new", ErrBudget, "", "wave buffers, the chunk cache and nvCOMP scratch need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it, or lower DeviceBufferBytes / HostBufferBytes / ChunkCacheBytes", e.committed, cfg.MaxGPUMemoryBytes)
 	}
 	if e.lib != nil {
 		decoder = fmt.Sprintf("nvcomp %s + cpu", e.lib.Version)
@@ -262,7 +279,7 @@ func (e *cudaEngine) reserve(shape []int) error {
 	bytes := e.layout.Bytes()
 	total := e.committed + int64(e.cfg.BatchSlots)*bytes
 	if e.cfg.MaxGPUMemoryBytes > 0 && total > e.cfg.MaxGPUMemoryBytes {
-		return errorf("new", ErrBudget, "", "%d batch slots of %d bytes plus %d bytes of wave buffers and scratch need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it to at least %d, or lower HostBufferBytes (%d; two thirds of it are mirrored on the GPU), DeviceBufferBytes (%d) or BatchSlots", e.cfg.BatchSlots, bytes, e.committed, total, e.cfg.MaxGPUMemoryBytes, total, e.cfg.HostBufferBytes, e.cfg.DeviceBufferBytes)
+		return errorf("new", ErrBudget, "", "%d batch slots of %d bytes plus %d bytes of wave buffers, scratch and chunk cache need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it to at least %d, or lower HostBufferBytes (%d; two thirds of it are mirrored on the GPU), DeviceBufferBytes (%d), ChunkCacheBytes (%d) or BatchSlots", e.cfg.BatchSlots, bytes, e.committed, total, e.cfg.MaxGPUMemoryBytes, total, e.cfg.HostBufferBytes, e.cfg.DeviceBufferBytes, e.cfg.ChunkCacheBytes)
 	}
 	slots := make([]*slot, e.cfg.BatchSlots)
 	err := e.ex.Do(func() error {

@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +22,15 @@ type spillCopy struct {
 	src []byte
 }
 
+// cacheInsert is a chunk a wave decodes that goes into the chunk cache:
+// from src (an offset from the wave buffer's base) into entry, by a
+// device-to-device copy after the wave's assembly.
+type cacheInsert struct {
+	job   *job
+	entry *cacheEntry
+	src   int64
+}
+
 // cudaWave is a wave on its way through the CUDA engine.
 type cudaWave struct {
 	*wave
@@ -32,7 +43,8 @@ type cudaWave struct {
 	plan      *ptx.Plan
 	opsOff    int64
 	blkOff    int64
-	spill     []spillCopy // CPU-decoded chunks that go to the arena by their own copy
+	spill     []spillCopy   // CPU-decoded chunks that go to the arena by their own copy
+	inserts   []cacheInsert // decoded chunks copied into the chunk cache after assembly
 	err       error
 	submitted bool
 }
@@ -291,13 +303,33 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		put(5, uint64(en.size))
 	}
 	end += align(n*jobDescBytes + n*statusBytes)
-	// The assemble ops, with every source addressed from the buffer base.
+	// Room in the chunk cache for what the wave decodes; submit queues the
+	// copies, retire publishes the entries once the wave is sound.
+	if e.chunks != nil {
+		for _, ji := range w.jobs {
+			j := bp.jobs[ji]
+			if j.cacheKey == nil {
+				continue
+			}
+			if en := e.chunks.reserve(*j.cacheKey, j.psrc, int64(j.layout.Bytes())); en != nil {
+				cw.inserts = append(cw.inserts, cacheInsert{job: j, entry: en, src: where[j]})
+			}
+		}
+	}
+	// The assemble ops, with every source addressed from the buffer base:
+	// chunk cache hits too, the cache lying after the wave buffers.
+	toCache := int64(e.cacheAt - cw.buf.base)
 	p, err := planFor(cw.buf.plan, len(w.batch.req.samples))
 	if err != nil {
 		fail(err)
 		return
 	}
-	if _, err := e.assemblePlan(p, w, func(j *job) int64 { return where[j] }); err != nil {
+	if _, err := e.assemblePlan(p, w, func(j *job) int64 {
+		if j.hit != nil {
+			return toCache + j.hit.off
+		}
+		return where[j]
+	}); err != nil {
 		fail(err)
 		return
 	}
@@ -410,8 +442,13 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 			}
 		}
 		ops, blocks := b.base+cuda.DevicePtr(cw.opsOff), b.base+cuda.DevicePtr(cw.blkOff)
-		if err := e.kernels.Assemble(e.asmS, cw.plan, ops, blocks, b.base, b.size, cuda.DevicePtr(sl.dev)); err != nil {
+		if err := e.kernels.Assemble(e.asmS, cw.plan, ops, blocks, b.base, e.readable(b), cuda.DevicePtr(sl.dev)); err != nil {
 			return err
+		}
+		for _, c := range cacheCopies(cw.inserts) {
+			if err := e.asmS.CopyDtoD(e.cacheAt+cuda.DevicePtr(c.dst), b.base+cuda.DevicePtr(c.src), int(c.n)); err != nil {
+				return err
+			}
 		}
 		if n > 0 {
 			if err := e.asmS.CopyDtoH(b.sumHost.Bytes(), b.summary); err != nil {
@@ -433,4 +470,36 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 	}
 	cw.submitted = true
 	return nil
+}
+
+// readable is how many bytes from b's base the assemble kernel may read:
+// the rest of the allocation, the chunk cache included.
+func (e *cudaEngine) readable(b *waveBuf) int64 { return int64(e.memEnd - b.base) }
+
+// deviceCopy is one device-to-device copy: n bytes from src (from a wave
+// buffer's base) to dst (from the chunk cache's).
+type deviceCopy struct{ src, dst, n int64 }
+
+// cacheCopies merges the copies of inserts whose sources and entries both
+// follow one another (the arena's chunks, into a cache with room at its
+// end), so that a wave takes a few copies rather than one per chunk. A
+// merged copy also moves the padding between the chunks, which lies in
+// the padding of their entries.
+func cacheCopies(inserts []cacheInsert) []deviceCopy {
+	ins := slices.Clone(inserts)
+	slices.SortFunc(ins, func(a, b cacheInsert) int { return cmp.Compare(a.src, b.src) })
+	var out []deviceCopy
+	for i, in := range ins {
+		n := int64(in.job.layout.Bytes())
+		if i > 0 {
+			prev := &ins[i-1]
+			if prev.src+prev.entry.size == in.src && prev.entry.off+prev.entry.size == in.entry.off {
+				last := &out[len(out)-1]
+				last.n = in.src + n - last.src
+				continue
+			}
+		}
+		out = append(out, deviceCopy{src: in.src, dst: in.entry.off, n: n})
+	}
+	return out
 }

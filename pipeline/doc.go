@@ -33,12 +33,18 @@
 //     decodes again on the CPU any chunk nvCOMP did not, then reassembles
 //     that wave.
 //
+// With Config.ChunkCacheBytes, planning looks every chunk up in the chunk
+// cache first: a hit skips read, copy and decode, its copy ops reading
+// the cache region (addressed from the same base as the wave's arena); a
+// miss is copied into the cache once its wave has been assembled.
+//
 // # Files
 //
 // pipeline.go is the API (Push, PushSeq, Pop, Flush, Shutdown, Close) and
 // the intake; config.go, errors.go, stats.go and trace.go its types;
 // batch.go the Batch and its DLPack export. meta.go opens arrays, plan.go
-// plans batches into jobs, waves and reads, io.go reads. host.go holds the
+// plans batches into jobs, waves and reads, io.go reads, chunkcache.go
+// keeps the chunk cache's books (entries, room, pins, file versions). host.go holds the
 // stages both engines share and the host engine. The CUDA engine goes
 // stage by stage: cuda_setup.go (budgets, buffers, batch slots),
 // cuda_route.go (which decoder takes a chunk, nvCOMP's entries),

@@ -400,6 +400,7 @@ func TestConfigValidation(t *testing.T) {
 		{Config{MaxBytesPerElement: 3}, "MaxBytesPerElement"},
 		{Config{Device: "tpu"}, "Device"},
 		{Config{MaxGPUMemoryBytes: -1}, "MaxGPUMemoryBytes"},
+		{Config{ChunkCacheBytes: 4096}, "ChunkCacheBytes"},
 	}
 	for _, tt := range tests {
 		_, err := tt.cfg.withDefaults()

@@ -23,17 +23,18 @@ const hostSlabs = 3
 // stages is what the host and CUDA engines share: metadata, planning, IO
 // and CPU decoding, and the plumbing that moves waves between stages.
 type stages struct {
-	cfg   Config
-	stats *statsSink
-	meta  *metaCache
-	fds   *fdCache
-	io    *work.Pool
-	cpu   *work.Pool
-	decs  chan *zarr.Decoder // one per CPU worker
-	lim   waveLimits
-	shape []int
-	head  atomic.Int32 // stage of the oldest unfinished batch
-	trace tracer
+	cfg    Config
+	stats  *statsSink
+	meta   *metaCache
+	fds    *fdCache
+	io     *work.Pool
+	cpu    *work.Pool
+	decs   chan *zarr.Decoder // one per CPU worker
+	lim    waveLimits
+	chunks *chunkCache // nil: no chunk cache
+	shape  []int
+	head   atomic.Int32 // stage of the oldest unfinished batch
+	trace  tracer
 }
 
 func newStages(cfg Config, stats *statsSink) (*stages, error) {
@@ -55,6 +56,9 @@ func newStages(cfg Config, stats *statsSink) (*stages, error) {
 	}
 	s.io = work.NewPool(cfg.IOThreads)
 	s.cpu = work.NewPool(cfg.ComputeThreads)
+	if cfg.ChunkCacheBytes > 0 {
+		s.chunks = newChunkCache(cfg.ChunkCacheBytes, stats)
+	}
 	return s, nil
 }
 
@@ -87,11 +91,30 @@ func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wa
 	for req := range reqs {
 		bs := &batchState{req: req, t0: time.Now()}
 		waves := []*wave{{batch: bs, last: true}}
+		var versions *batchVersions
+		if s.chunks != nil {
+			versions = newBatchVersions(s.fds.files)
+		}
+		var hits []*cacheEntry
+		lookup := func(j *job) {
+			if s.chunks != nil {
+				k := versions.key(j.src, &j.chunk)
+				if j.hit = s.chunks.lookup(k, &j.psrc); j.hit != nil {
+					j.psrc = j.hit.src
+					hits = append(hits, j.hit)
+					return
+				}
+				j.cacheKey = &k
+			}
+			route(j)
+		}
 		if req.err != nil {
 			bs.fail(req.err)
-		} else if bp, err := planBatch(s.meta, req, s.cfg.MaxChunkBytes, route); err != nil {
+		} else if bp, err := planBatch(s.meta, req, s.cfg.MaxChunkBytes, versions.locator, lookup); err != nil {
+			s.releaseAll(hits)
 			bs.fail(err)
 		} else if err := bp.cutWaves(bs, s.lim); err != nil {
+			s.releaseAll(hits)
 			bs.fail(err)
 		} else {
 			bs.plan = bp
@@ -117,6 +140,25 @@ func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wa
 				return
 			}
 		}
+	}
+}
+
+// releaseAll unpins chunk cache entries of a batch that failed planning.
+func (s *stages) releaseAll(hits []*cacheEntry) {
+	for _, e := range hits {
+		s.chunks.release(e)
+	}
+}
+
+// releaseHits unpins the chunk cache entries a wave read, once it has
+// been assembled (or has failed).
+func (s *stages) releaseHits(w *wave) {
+	if len(w.hits) == 0 {
+		return
+	}
+	bp := w.batch.plan
+	for _, ji := range w.hits {
+		s.chunks.release(bp.jobs[ji].hit)
 	}
 }
 
@@ -250,7 +292,7 @@ type hostEngine struct {
 	*stages
 	pool  *slotPool
 	slabs chan []byte
-	arena []byte
+	arena []byte         // the decoded chunks of the wave being assembled, then the chunk cache's region
 	pin   runtime.Pinner // keeps slot memory where DLPack consumers may see it
 	full  *ptx.Plan      // the assemble plan of a full batch, made by reserve
 }
@@ -303,7 +345,11 @@ func (h *hostEngine) reserve(shape []int) error {
 	for range hostSlabs {
 		h.slabs <- make([]byte, h.lim.slab)
 	}
-	h.arena = make([]byte, h.lim.arena)
+	var cached int64
+	if h.chunks != nil {
+		cached = h.chunks.size
+	}
+	h.arena = make([]byte, h.lim.arena+cached)
 	return nil
 }
 
@@ -405,6 +451,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			}
 		}
 		h.giveSlab(w)
+		h.releaseHits(w)
 		if !w.last {
 			continue
 		}
@@ -435,7 +482,12 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 	if err != nil {
 		return err
 	}
-	elems, err := h.assemblePlan(p, w, func(j *job) int64 { return j.decOff })
+	elems, err := h.assemblePlan(p, w, func(j *job) int64 {
+		if j.hit != nil {
+			return h.lim.arena + j.hit.off
+		}
+		return j.decOff
+	})
 	if err != nil {
 		return err
 	}
@@ -449,5 +501,39 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 		st.Assemble.add(time.Since(t), w.arena, elems*int64(l.Dtype.Size()))
 		st.WavesEmitted++
 	})
-	return nil
+	return h.cacheWave(ctx, w)
+}
+
+// cacheWave copies the chunks the wave decoded into the chunk cache, as
+// far as room can be made, on the CPU workers.
+func (h *hostEngine) cacheWave(ctx context.Context, w *wave) error {
+	if h.chunks == nil {
+		return nil
+	}
+	bp := w.batch.plan
+	var jobs []*job
+	var entries []*cacheEntry
+	for _, ji := range w.jobs {
+		j := bp.jobs[ji]
+		if j.cacheKey == nil {
+			continue
+		}
+		if e := h.chunks.reserve(*j.cacheKey, j.psrc, int64(j.layout.Bytes())); e != nil {
+			jobs, entries = append(jobs, j), append(entries, e)
+		}
+	}
+	cache := h.arena[h.lim.arena:]
+	err := h.cpu.Run(ctx, len(jobs), func(i int) error {
+		j, n := jobs[i], int64(jobs[i].layout.Bytes())
+		copy(cache[entries[i].off:entries[i].off+n], h.arena[j.decOff:j.decOff+n])
+		return nil
+	}, nil)
+	for _, e := range entries {
+		if err != nil {
+			h.chunks.drop(e)
+		} else {
+			h.chunks.publish(e)
+		}
+	}
+	return err
 }

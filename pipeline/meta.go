@@ -46,15 +46,18 @@ type metaCache struct {
 	arrays  *cache.LRU[string, *source]
 	indexes *cache.LRU[string, *zarr.ShardIndex]
 	sizes   *cache.LRU[string, int64]
-	stats   *statsSink
-	maxElem int
+	// versions holds the versions that sizes and indexes were read at;
+	// only with the chunk cache, which plans through cache.Locator.Checked.
+	versions *cache.LRU[string, cache.Version]
+	stats    *statsSink
+	maxElem  int
 
 	stores     *remote.Opener // resolves sample URIs (remote.go)
 	remoteSeen remoteCounters
 }
 
 func newMetaCache(cfg Config, stats *statsSink) *metaCache {
-	return &metaCache{
+	m := &metaCache{
 		arrays:  cache.NewLRU[string, *source](cfg.ZarrMetaCache, nil),
 		indexes: cache.NewLRU[string, *zarr.ShardIndex](cfg.ShardIndexCache, nil),
 		sizes:   cache.NewLRU[string, int64](cfg.ShardIndexCache, nil),
@@ -62,6 +65,10 @@ func newMetaCache(cfg Config, stats *statsSink) *metaCache {
 		maxElem: cfg.MaxBytesPerElement,
 		stores:  newStores(cfg),
 	}
+	if cfg.ChunkCacheBytes > 0 {
+		m.versions = cache.NewLRU[string, cache.Version](2*cfg.ShardIndexCache, nil)
+	}
+	return m
 }
 
 // open returns the source for a sample's URI and level.
@@ -117,7 +124,7 @@ func (m *metaCache) load(uri string, level int) (*source, error) {
 	}
 	src := &source{uri: uri, arr: arr, dtype: pdt, fill: plan.FillBits(pdt, arr.FillValue())}
 	src.dir, _ = arr.Store().(*zarr.DirStore)
-	src.loc = &cache.Locator{Store: arr.Store(), ID: uri, Sizes: m.sizes, Indexes: m.indexes, IndexLookup: m.countIndex}
+	src.loc = &cache.Locator{Store: arr.Store(), ID: uri, Sizes: m.sizes, Indexes: m.indexes, IndexLookup: m.countIndex, Versions: m.versions}
 	src.obj, _ = arr.Store().(*remote.Store)
 	return src, nil
 }

@@ -33,6 +33,9 @@ type job struct {
 	decOff       int64  // where its decoded bytes go: in the slab when decInSlab, else in the arena
 	readOp       int    // the read op that brings it in
 	waveUses     int    // copies that read it
+
+	hit      *cacheEntry // the chunk cache holds it decoded (pinned): nothing to read or decode
+	cacheKey *chunkKey   // a chunk cache miss: the key its decoded bytes are cached under
 }
 
 // batchPlan is the work of one batch: its jobs and copies, cut into waves.
@@ -48,7 +51,8 @@ type batchPlan struct {
 type wave struct {
 	batch  *batchState
 	index  int
-	jobs   []int // indexes into batchPlan.jobs
+	jobs   []int // indexes into batchPlan.jobs: the chunks it reads and decodes
+	hits   []int // indexes into batchPlan.jobs: the chunks it finds in the chunk cache
 	copies []int // indexes into batchPlan.copies
 	reads  []readOp
 	slab   int64 // staging bytes used
@@ -136,10 +140,11 @@ type waveLimits struct {
 func align(n int64) int64 { return (n + 255) &^ 255 }
 
 // planBatch resolves a batch's samples into jobs and copies (plan.Batch:
-// a chunk several samples need is one job). route decides, per job, its
-// decoder and costs. A sample that fails (unreadable metadata, wrong
-// dtype) fails the batch with an error naming it.
-func planBatch(m *metaCache, req *batchReq, maxChunk int64, route func(*job)) (*batchPlan, error) {
+// a chunk several samples need is one job), planning each array through
+// loc(its source). route decides, per job, its decoder and costs. A
+// sample that fails (unreadable metadata, wrong dtype) fails the batch
+// with an error naming it.
+func planBatch(m *metaCache, req *batchReq, maxChunk int64, loc func(*source) zarr.Locator, route func(*job)) (*batchPlan, error) {
 	bp := &batchPlan{fills: make([]uint32, len(req.samples))}
 	var zb plan.Batch[*source]
 	for n, s := range req.samples {
@@ -154,7 +159,7 @@ func planBatch(m *metaCache, req *batchReq, maxChunk int64, route func(*job)) (*
 		for i, r := range s.Box {
 			box[i] = zarr.Range{Start: r.Start, Stop: r.Stop}
 		}
-		zp, err := src.arr.Plan(box, src.loc)
+		zp, err := src.arr.Plan(box, loc(src))
 		if err != nil {
 			return nil, sampleError(n, s, planError(s.URI, err))
 		}
@@ -198,7 +203,8 @@ func planError(uri string, err error) error {
 
 // cutWaves orders the jobs by file and offset, packs them into waves under
 // lim, coalesces each wave's reads, and gives every job its slab and arena
-// offsets. Fill copies go to the first wave. A job too big for an empty
+// offsets. Fill copies go to the first wave. A chunk cache hit joins a
+// wave with its copy ops only. A job too big for an empty
 // wave is an ErrBudget naming the chunk and the limit to raise.
 func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 	order := make([]int, len(bp.jobs))
@@ -247,13 +253,17 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 		if uses[ji] > opsLim {
 			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d is used by %d copy ops, a wave takes %d", j.chunk.Key, j.chunk.Offset, uses[ji], opsLim)
 		}
-		if w == nil || w.slab+slab > lim.slab || w.arena+arena > lim.arena || len(w.jobs) == lim.jobs || w.ops+uses[ji] > opsLim {
+		if w == nil || w.slab+slab > lim.slab || w.arena+arena > lim.arena || (j.hit == nil && len(w.jobs) == lim.jobs) || w.ops+uses[ji] > opsLim {
 			w = newWave()
 			if w.index == 0 && w.slab+slab > lim.slab { // the fills crowd wave 0
 				w = newWave()
 			}
 		}
-		w.jobs = append(w.jobs, ji)
+		if j.hit != nil {
+			w.hits = append(w.hits, ji)
+		} else {
+			w.jobs = append(w.jobs, ji)
+		}
 		w.slab += slab
 		w.arena += arena
 		w.ops += uses[ji]
@@ -264,6 +274,9 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 	jobWave := make([]*wave, len(bp.jobs))
 	for _, w := range bp.waves {
 		for _, ji := range w.jobs {
+			jobWave[ji] = w
+		}
+		for _, ji := range w.hits {
 			jobWave[ji] = w
 		}
 	}

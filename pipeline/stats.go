@@ -46,7 +46,12 @@ type Stats struct {
 	BatchesEmitted                   int64 // batches returned by Pop
 	BatchesTruncated                 int64 // ragged batches (shape[0] < BatchSize)
 	WavesEmitted                     int64 // waves assembled
-	GPUBytesCommitted                int64 // gauge: device memory reserved at New
+	GPUBytesCommitted                int64 // gauge: device memory reserved at New (the chunk cache included)
+
+	ChunkCacheHits      int64 // chunks a batch found in the chunk cache (no read, copy or decode)
+	ChunkCacheMisses    int64 // chunks a batch looked for in the chunk cache and read
+	ChunkCacheEvictions int64 // chunks dropped from the chunk cache to make room
+	ChunkCacheBytes     int64 // gauge: bytes the chunk cache holds (at most Config.ChunkCacheBytes)
 
 	SamplesEmitted  int64 // samples delivered in batches
 	ChunksDecoded   int64 // distinct chunks decoded

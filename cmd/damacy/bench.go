@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"strings"
+	"time"
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 	"github.com/damacy-go/damacy/cmd/damacy/internal/bench"
@@ -11,7 +12,7 @@ import (
 
 var cmdBench = &command{
 	name:  "bench",
-	usage: "bench [--json] [--drop-cache] [--trace FILE] [--data DIR] [--boxes-out FILE] [flags] SCENARIO.json",
+	usage: "bench [--json] [--drop-cache] [--duration D] [--trace FILE] [--data DIR] [--boxes-out FILE] [flags] SCENARIO.json",
 	short: "run a benchmark scenario and report throughput, stages and ceilings",
 	long: `Bench runs a scenario: it generates the dataset if it is absent (as 'damacy
 gen' does), draws the boxes from the run's seed, streams the warm-up
@@ -24,7 +25,10 @@ reports:
                     and the boxes' bytes in the source dtype / wall
   stages            per-stage busy time, count, best, bytes in and out
   read amplification  bytes read / bytes of the boxes in the source dtype
-  caches            metadata and shard index hits and misses
+  caches            metadata and shard index hits and misses, and the
+                    chunk cache's when the run has one (run.chunk_cache)
+  epochs            for a run of several epochs (run.epochs): each epoch's
+                    rate and chunk cache hits, epoch 1 against the others
 
 and then the ceilings, measured in the same run over the same boxes:
 
@@ -49,6 +53,18 @@ Each ceiling is also given as output GB/s (its rate scaled by the run's
 output bytes per byte it handles), and the throughput as a fraction of the
 lowest one.
 
+--duration D streams the measured batches for D (say 20m) instead of the
+scenario's count: past the scenario's boxes it draws more from the seed
+(a scenario of several epochs runs more epochs). Every second it samples
+GPU memory committed (Stats.GPUBytesCommitted), the device's used memory
+(cuMemGetInfo, all processes), the process's resident memory and the
+throughput of the second past; the report gives min, max and last of
+each, compares the averages of the first and the last minute (a third of
+the run when shorter) and flags memory that grew, and on the CUDA engine
+checks the largest samples against run.gpu_cap and host_buffer + 256 MiB.
+--json includes every sample. Startup is always reported: the time from
+the call to pipeline.New to the first batch popped.
+
 --trace FILE writes Chrome trace-event JSON (open it in Perfetto or
 chrome://tracing): the run's phases, each pop and consumer hold, and the
 pipeline's stage spans on one row per lane: the planner, each IO worker
@@ -64,6 +80,8 @@ SCENARIO is a file or a built-in name: ` + strings.Join(bench.BuiltinNames(), ",
 Examples:
   damacy bench smoke
   damacy bench --drop-cache --json --boxes-out boxes.json throughput
+  damacy bench --duration 20m --json throughput > soak.json
+  damacy bench epochs
   damacy bench --trace run.json --data /nvme/bench cmd/damacy/internal/bench/scenarios/default.json`,
 	setup: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		var o bench.Options
@@ -75,9 +93,13 @@ Examples:
 		fs.BoolVar(&o.Ceilings, "ceilings", true, "measure the ceilings after the run")
 		engine := fs.String("engine", "", "override run.engine: auto, host, cuda or cuda:N")
 		fs.BoolVar(&o.Verify, "verify", false, "check the first batch popped (a warm-up batch when there is one) against the reference reader")
+		fs.DurationVar(&o.Duration, "duration", 0, "stream the measured batches for this long instead of the scenario's count, sampling memory and throughput every second")
 		return func(ctx context.Context, e *env, args []string) error {
 			if len(args) != 1 {
 				return usagef("want one scenario, got %d arguments", len(args))
+			}
+			if o.Duration < 0 || (o.Duration > 0 && o.Duration < time.Second) {
+				return usagef("--duration %v: want at least 1s (0: the scenario's batch count)", o.Duration)
 			}
 			sc, err := bench.LoadScenario(args[0])
 			if err != nil {

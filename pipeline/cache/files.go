@@ -16,6 +16,7 @@ type Files struct {
 // openFile is a file of the cache and the reads using it.
 type openFile struct {
 	f       *os.File
+	fi      os.FileInfo // of f when opened, for Refresh
 	mu      sync.Mutex
 	refs    int
 	evicted bool // out of the cache: closed once refs is 0
@@ -48,6 +49,16 @@ func (c *Files) ReadAt(path string, p []byte, off int64) (int, error) {
 	return o.f.ReadAt(p, off)
 }
 
+// Refresh drops the cached open file of path unless it is the file fi
+// describes (os.SameFile): once a file has been replaced (another renamed
+// over it, or deleted and written again), reads open the new one. Reads
+// still using the old file keep it open until they finish.
+func (c *Files) Refresh(path string, fi os.FileInfo) {
+	if o, ok := c.files.Peek(path); ok && !os.SameFile(o.fi, fi) {
+		c.files.Remove(path)
+	}
+}
+
 // Close closes every cached file; reads still running keep theirs open
 // until they finish.
 func (c *Files) Close() { c.files.Purge() }
@@ -60,7 +71,12 @@ func (c *Files) acquire(path string) (*openFile, error) {
 			if err != nil {
 				return nil, err
 			}
-			return &openFile{f: f}, nil
+			fi, err := f.Stat()
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			return &openFile{f: f, fi: fi}, nil
 		})
 		if err != nil {
 			return nil, err

@@ -120,3 +120,51 @@ func TestFDCacheConcurrent(t *testing.T) {
 		t.Fatalf("%d reads failed", n)
 	}
 }
+
+// TestFilesRefresh: a file renamed over a cached one is read once Refresh
+// is told of it; the same file is kept open.
+func TestFilesRefresh(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "shard")
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := NewFiles(4)
+	defer c.Close()
+	read := func() string {
+		b := make([]byte, 3)
+		if _, err := c.ReadAt(path, b, 0); err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if got := read(); got != "old" {
+		t.Fatalf("read %q", got)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Refresh(path, fi)
+	o, _ := c.files.Peek(path)
+	tmp := filepath.Join(dir, "shard.tmp")
+	if err := os.WriteFile(tmp, []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "old" {
+		t.Fatalf("before Refresh, read %q from the cached file; want old", got)
+	}
+	if o2, _ := c.files.Peek(path); o2 != o {
+		t.Fatal("Refresh with the same file dropped it")
+	}
+	if fi, err = os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	c.Refresh(path, fi)
+	if got := read(); got != "new" {
+		t.Fatalf("after Refresh, read %q; want new", got)
+	}
+}

@@ -60,17 +60,72 @@ func (c *LRU[K, V]) Get(k K, load func() (V, error)) (v V, hit bool, err error) 
 	delete(c.loading, k)
 	var dropped []*lruEntry[K, V]
 	if call.err == nil {
-		c.items[k] = c.order.PushFront(&lruEntry[K, V]{k, call.val})
-		for c.order.Len() > c.capacity {
-			old := c.order.Remove(c.order.Back()).(*lruEntry[K, V])
-			delete(c.items, old.key)
-			dropped = append(dropped, old)
+		if e, ok := c.items[k]; ok { // Put while loading: the load wins
+			c.order.Remove(e)
 		}
+		c.items[k] = c.order.PushFront(&lruEntry[K, V]{k, call.val})
+		dropped = c.trimLocked()
 	}
 	c.mu.Unlock()
 	close(call.done)
 	c.drop(dropped)
 	return call.val, false, call.err
+}
+
+// Peek returns the cached value for k without loading it or changing its
+// recency.
+func (c *LRU[K, V]) Peek(k K) (v V, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[k]; ok {
+		return e.Value.(*lruEntry[K, V]).val, true
+	}
+	return v, false
+}
+
+// Put caches v for k as the most recently used entry, replacing what k
+// held (which is not passed to evicted) and evicting the least recently
+// used entries over capacity.
+func (c *LRU[K, V]) Put(k K, v V) {
+	c.mu.Lock()
+	if e, ok := c.items[k]; ok {
+		e.Value.(*lruEntry[K, V]).val = v
+		c.order.MoveToFront(e)
+		c.mu.Unlock()
+		return
+	}
+	c.items[k] = c.order.PushFront(&lruEntry[K, V]{k, v})
+	dropped := c.trimLocked()
+	c.mu.Unlock()
+	c.drop(dropped)
+}
+
+// Remove drops k's entry, if cached, passing it to evicted. A load of k
+// still running is not waited for: what it loads is cached when it
+// finishes.
+func (c *LRU[K, V]) Remove(k K) {
+	c.mu.Lock()
+	e, ok := c.items[k]
+	if !ok {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.items, k)
+	old := c.order.Remove(e).(*lruEntry[K, V])
+	c.mu.Unlock()
+	c.drop([]*lruEntry[K, V]{old})
+}
+
+// trimLocked evicts the least recently used entries over capacity and
+// returns them, for drop once the lock is released.
+func (c *LRU[K, V]) trimLocked() []*lruEntry[K, V] {
+	var dropped []*lruEntry[K, V]
+	for c.order.Len() > c.capacity {
+		old := c.order.Remove(c.order.Back()).(*lruEntry[K, V])
+		delete(c.items, old.key)
+		dropped = append(dropped, old)
+	}
+	return dropped
 }
 
 // Purge drops every cached entry. Loads still running are not waited for:

@@ -65,3 +65,36 @@ func TestLRUSingleFlight(t *testing.T) {
 		t.Fatalf("%d loads of one key; want 1", n)
 	}
 }
+
+// TestLRUPutRemovePeek: Put replaces without calling evicted and evicts
+// over capacity; Remove calls evicted; Peek neither loads nor changes
+// recency.
+func TestLRUPutRemovePeek(t *testing.T) {
+	var evicted []int
+	c := NewLRU(2, func(k int, v string) { evicted = append(evicted, k) })
+	c.Put(1, "a")
+	c.Put(2, "b")
+	c.Put(1, "a2") // replaces; 1 is now the most recent
+	if v, ok := c.Peek(1); !ok || v != "a2" {
+		t.Fatalf("Peek(1) = %q, %v; want a2, true", v, ok)
+	}
+	if len(evicted) != 0 {
+		t.Fatalf("Put of a present key evicted %v", evicted)
+	}
+	c.Peek(2) // does not make 2 recent
+	c.Put(3, "c")
+	if len(evicted) != 1 || evicted[0] != 2 {
+		t.Fatalf("evicted %v; want [2]", evicted)
+	}
+	if _, ok := c.Peek(2); ok {
+		t.Fatal("Peek found an evicted key")
+	}
+	c.Remove(1)
+	c.Remove(42) // absent: nothing
+	if len(evicted) != 2 || evicted[1] != 1 {
+		t.Fatalf("evicted %v; want [2 1]", evicted)
+	}
+	if _, hit, _ := c.Get(1, func() (string, error) { return "x", nil }); hit {
+		t.Fatal("Get of a removed key hit")
+	}
+}

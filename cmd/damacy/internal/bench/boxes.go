@@ -24,6 +24,8 @@ type boxSet struct {
 	Batches     int         `json:"batches"` // measured batches
 	Dtype       string      `json:"dtype"`   // output dtype: "float32" or "bfloat16"
 	Samples     []boxSample `json:"samples"` // (warmup + batches) * batch_size, warmup first
+
+	elemSize map[string]int64 // per array URI, its element size (boxBytes)
 }
 
 // boxSample is one sample: an index into Arrays and a half-open box.
@@ -35,21 +37,31 @@ type boxSample struct {
 // boxSeedStream separates the box RNG's stream from other uses of a seed.
 const boxSeedStream = 0x6461_6d61_6379_0001
 
-// drawBoxes draws the scenario's samples: for each, an array and an
-// in-bounds origin, uniformly at random from the run's seed.
+// drawBoxes draws the scenario's samples (its warm-up and measured
+// batches): for each, an array and an in-bounds origin, uniformly at
+// random from the run's seed.
 func drawBoxes(sc *Scenario) []boxSample {
-	r := rand.New(rand.NewPCG(sc.Run.Seed, boxSeedStream))
+	r := newBoxRand(sc)
 	n := (sc.Run.Warmup + sc.Run.Batches) * sc.Run.BatchSize
 	out := make([]boxSample, n)
 	for i := range out {
-		s := boxSample{Array: r.IntN(sc.Dataset.Arrays), Box: make([][2]int64, len(sc.Run.SampleShape))}
-		for d, ext := range sc.Run.SampleShape {
-			o := r.Int64N(sc.Dataset.Shape[d] - ext + 1)
-			s.Box[d] = [2]int64{o, o + ext}
-		}
-		out[i] = s
+		out[i] = drawBox(r, sc)
 	}
 	return out
+}
+
+// newBoxRand is the generator drawBoxes draws from; drawing on past its
+// samples gives the boxes of a --duration run.
+func newBoxRand(sc *Scenario) *rand.Rand { return rand.New(rand.NewPCG(sc.Run.Seed, boxSeedStream)) }
+
+// drawBox draws one sample from r.
+func drawBox(r *rand.Rand, sc *Scenario) boxSample {
+	s := boxSample{Array: r.IntN(sc.Dataset.Arrays), Box: make([][2]int64, len(sc.Run.SampleShape))}
+	for d, ext := range sc.Run.SampleShape {
+		o := r.Int64N(sc.Dataset.Shape[d] - ext + 1)
+		s.Box[d] = [2]int64{o, o + ext}
+	}
+	return s
 }
 
 // newBoxSet describes the scenario's boxes over the dataset in dir.
@@ -93,15 +105,21 @@ func (bs *boxSet) sample(s boxSample) pipeline.Sample {
 	return pipeline.Sample{URI: bs.uri(s), Box: box, Level: bs.Level}
 }
 
-// measuredBoxBytes is the size of the measured samples' boxes in their
-// arrays' data types.
-func (bs *boxSet) measuredBoxBytes() int64 {
+// boxBytes is the size of the boxes of samples in their arrays' data
+// types.
+func (bs *boxSet) boxBytes(samples []pipeline.Sample) int64 {
+	if bs.elemSize == nil {
+		bs.elemSize = map[string]int64{}
+		for i := range bs.Arrays {
+			dt, _ := zarr.ParseDataType(bs.DataTypes[i])
+			bs.elemSize[bs.uri(boxSample{Array: i})] = int64(dt.Size())
+		}
+	}
 	var n int64
-	for _, s := range bs.Samples[bs.Warmup*bs.BatchSize:] {
-		dt, _ := zarr.ParseDataType(bs.DataTypes[s.Array])
-		v := int64(dt.Size())
+	for _, s := range samples {
+		v := bs.elemSize[s.URI]
 		for _, r := range s.Box {
-			v *= r[1] - r[0]
+			v *= r.Stop - r.Start
 		}
 		n += v
 	}

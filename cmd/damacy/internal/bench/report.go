@@ -26,10 +26,17 @@ type Report struct {
 	BatchSize   int       `json:"batch_size"`
 	SampleShape []int64   `json:"sample_shape"`
 	Warmup      int       `json:"warmup"`
-	Batches     int       `json:"batches"`
+	Batches     int       `json:"batches"` // measured batches popped
 	HoldMS      int       `json:"hold_ms"`
+	ChunkCache  int64     `json:"chunk_cache,omitempty"` // the chunk cache's size (run.chunk_cache)
 
-	Startup      time.Duration `json:"startup_ns"`    // New until the first batch popped
+	// Duration is --duration: the measured batches ran for this long
+	// instead of the scenario's count.
+	Duration time.Duration `json:"duration_ns,omitempty"`
+	Epochs   *EpochsReport `json:"epochs,omitempty"` // run.epochs > 1
+	Soak     *SoakReport   `json:"soak,omitempty"`   // --duration
+
+	Startup      time.Duration `json:"startup_ns"`    // from the call to pipeline.New until the first Pop returned
 	Wall         time.Duration `json:"wall_ns"`       // the measured batches
 	OutputGBps   float64       `json:"output_gbps"`   // output bytes / wall
 	SamplesPerS  float64       `json:"samples_per_s"` // samples / wall
@@ -41,6 +48,8 @@ type Report struct {
 	Lowest       string        `json:"lowest_ceiling,omitempty"`
 	OfLowest     float64       `json:"fraction_of_lowest,omitempty"` // OutputGBps / the lowest ceiling's output GB/s
 	CeilingError string        `json:"ceiling_error,omitempty"`
+
+	boxBytes int64 // of the measured samples, in their source data types
 }
 
 // Host says where the run ran.
@@ -85,7 +94,8 @@ func newBenchStats(st pipeline.Stats) Stats {
 			"samples_emitted": st.SamplesEmitted, "chunks_decoded": st.ChunksDecoded,
 			"chunks_gpu": st.ChunksGPU, "chunks_redecoded": st.ChunksRedecoded, "chunks_fill": st.ChunksFill, "chunks_deduped": st.ChunksDeduped,
 			"read_ops": st.ReadOps, "bytes_read": st.BytesRead, "box_bytes": st.BoxBytes,
-			"output_bytes": st.OutputBytes,
+			"output_bytes": st.OutputBytes, "chunk_cache_bytes": st.ChunkCacheBytes,
+			"chunk_cache_hits": st.ChunkCacheHits, "chunk_cache_misses": st.ChunkCacheMisses, "chunk_cache_evictions": st.ChunkCacheEvictions,
 		},
 	}
 }
@@ -107,8 +117,13 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	p("dataset      %s (%s)\n", r.DatasetDir, cache)
 	p("engine       %s on %s, decoder %s\n", r.Engine, r.Device, r.Decoder)
-	p("run          %d batches of %d x %s %s after %d warm-up; hold %d ms; startup %s\n",
-		r.Batches, r.BatchSize, base.Shape(r.SampleShape), r.Dtype, r.Warmup, r.HoldMS, r.Startup.Round(time.Millisecond))
+	length := fmt.Sprintf("%d batches", r.Batches)
+	if r.Duration > 0 {
+		length += fmt.Sprintf(" in %s (--duration)", r.Duration)
+	}
+	p("run          %s of %d x %s %s after %d warm-up; hold %d ms\n",
+		length, r.BatchSize, base.Shape(r.SampleShape), r.Dtype, r.Warmup, r.HoldMS)
+	p("startup      %s from the call to pipeline.New to the first batch popped\n", r.Startup.Round(time.Millisecond))
 	p("\n")
 	p("throughput   %.3f GB/s of %s output, %.1f samples/s, wall %s\n", r.OutputGBps, r.Dtype, r.SamplesPerS, r.Wall.Round(time.Millisecond))
 	p("source       %.3f GB/s of box bytes in the source dtype\n", r.SourceGBps)
@@ -127,6 +142,13 @@ func (r *Report) WriteText(w io.Writer) {
 	p("reads        %d ops, %s (%s per op)\n", c["read_ops"], base.FormatBytes(c["bytes_read"]), base.FormatBytes(c["bytes_read"]/max(c["read_ops"], 1)))
 	p("chunks       %d decoded (%d on the GPU), %d fill, %d deduplicated\n", c["chunks_decoded"], c["chunks_gpu"], c["chunks_fill"], c["chunks_deduped"])
 	p("caches       metadata %d hits, %d misses; shard index %d hits, %d misses\n", c["zarr_meta_hits"], c["zarr_meta_misses"], c["shard_index_hits"], c["shard_index_misses"])
+	if r.ChunkCache > 0 {
+		p("chunk cache  %s: %d hits, %d misses (hit rate %.0f%%), %d evictions, holds %s\n", base.FormatBytes(r.ChunkCache),
+			c["chunk_cache_hits"], c["chunk_cache_misses"], 100*base.Ratio(c["chunk_cache_hits"], c["chunk_cache_hits"]+c["chunk_cache_misses"]),
+			c["chunk_cache_evictions"], base.FormatBytes(c["chunk_cache_bytes"]))
+	}
+	r.writeEpochs(p)
+	r.writeSoak(p)
 	if len(r.Ceilings) > 0 {
 		p("\n")
 		p("%-22s %22s %15s   %s\n", "ceiling", "rate", "as output", "measured over the run's boxes")

@@ -30,6 +30,10 @@ type Options struct {
 	BoxesOut  string // write the boxes read to this JSON file (for the peers)
 	Ceilings  bool   // measure the ceilings after the run
 	Verify    bool   // check the first batch popped against the reference reader
+	// Duration, when positive, runs the measured batches for this long
+	// instead of the scenario's count (drawing more boxes, or more epochs),
+	// sampling memory and throughput every second.
+	Duration time.Duration
 }
 
 // pipelineConfig is the pipeline configuration of a scenario's run.
@@ -50,6 +54,7 @@ func pipelineConfig(sc *Scenario) pipeline.Config {
 		LookaheadBatches:  r.Lookahead,
 		IOThreads:         r.IOThreads,
 		MaxGPUMemoryBytes: int64(r.GPUCap),
+		ChunkCacheBytes:   int64(r.ChunkCache),
 		Device:            dev,
 	}
 }
@@ -98,9 +103,9 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 		Host:       Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
 		DatasetDir: bs.DatasetDir, Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
 		Dtype: bs.Dtype, BatchSize: sc.Run.BatchSize, SampleShape: sc.Run.SampleShape,
-		Warmup: sc.Run.Warmup, Batches: sc.Run.Batches, HoldMS: sc.Run.HoldMS,
+		Warmup: sc.Run.Warmup, HoldMS: sc.Run.HoldMS, ChunkCache: int64(sc.Run.ChunkCache), Duration: o.Duration,
 	}
-	st, err := stream(ctx, e, sc, bs, rep, tr, o.Verify)
+	st, err := stream(ctx, e, sc, bs, rep, tr, o)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +116,7 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 	rep.SamplesPerS = float64(st.SamplesEmitted) / w
 	// The boxes' bytes are known exactly; the pipeline's BoxBytes counts
 	// at plan time, which for lookahead batches falls before the reset.
-	box := bs.measuredBoxBytes()
+	box := rep.boxBytes
 	rep.SourceGBps = float64(box) / w / 1e9
 	rep.WireGBps = float64(st.BytesRead) / w / 1e9
 	rep.ReadAmp = base.Ratio(st.BytesRead, box)
@@ -157,8 +162,9 @@ func lowestOf(cs []Ceiling, name string) float64 {
 }
 
 // stream runs the pipeline over the boxes: warm-up batches, a stats reset,
-// then the measured batches. It fills rep's timing fields.
-func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, tr *tracer, verify bool) (pipeline.Stats, error) {
+// then the measured batches (every epoch's, or for o.Duration). It fills
+// rep's timing and measured-batch fields.
+func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, tr *tracer, o Options) (pipeline.Stats, error) {
 	t0 := time.Now()
 	cfg := pipelineConfig(sc)
 	cfg.Logger = e.Logger
@@ -170,28 +176,33 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 		return pipeline.Stats{}, err
 	}
 	defer p.Close()
-	err = p.PushSeq(func(yield func(pipeline.Sample) bool) {
-		for _, s := range bs.Samples {
-			if !yield(bs.sample(s)) {
-				return
-			}
-		}
-	})
-	if err != nil {
+	if err := p.PushSeq(bs.sequence(sc, o.Duration > 0)); err != nil {
 		return pipeline.Stats{}, err
 	}
 	hold := time.Duration(sc.Run.HoldMS) * time.Millisecond
-	total := sc.Run.Warmup + sc.Run.Batches
+	total := sc.Run.Warmup + sc.Run.Batches*sc.Run.epochs()
+	if o.Duration > 0 {
+		total = 0 // until the duration is over
+	}
 	prog := startProgress(e, "streaming", "batches", int64(total))
 	defer prog.finish()
 	var start time.Time
-	for i := range total {
+	var m *measure
+	defer func() {
+		if m != nil && m.soak != nil {
+			m.soak.finish() // a run that failed: stop sampling
+		}
+	}()
+	for i := 0; total == 0 || i < total; i++ {
 		if i == sc.Run.Warmup {
 			p.StatsReset()
 			start = time.Now()
 			if i > 0 {
 				tr.span(traceRowPhases, "phase", "warmup", t0, start, nil)
 			}
+			m = newMeasure(p, sc, bs, start, o, runDevice(p, cfg))
+		} else if o.Duration > 0 && i > sc.Run.Warmup && time.Since(start) >= o.Duration {
+			break
 		}
 		tp := time.Now()
 		b, err := p.Pop(ctx)
@@ -199,10 +210,13 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 			return pipeline.Stats{}, fmt.Errorf("batch %d: %w", i, err)
 		}
 		th := time.Now()
+		if m != nil {
+			m.popped(p, b, th)
+		}
 		if i == 0 {
 			rep.Startup = th.Sub(t0)
 			rep.Device = b.Info().Device
-			if verify {
+			if o.Verify {
 				if err := verifyBatch(b, bs, bs.Samples[:sc.Run.BatchSize]); err != nil {
 					b.Release()
 					return pipeline.Stats{}, fmt.Errorf("verify: %w", err)
@@ -226,7 +240,24 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 	}
 	rep.Wall = time.Since(start)
 	tr.span(traceRowPhases, "phase", "measured batches", start, start.Add(rep.Wall), nil)
-	return p.Stats(), nil
+	st := p.Stats()
+	m.finish(rep)
+	if rep.Soak != nil {
+		rep.Soak.checkLimits(sc, st.Engine)
+	}
+	return st, nil
+}
+
+// runDevice is where p puts its batches: "cuda:N" on the CUDA engine,
+// else "cpu".
+func runDevice(p *pipeline.Pipeline, cfg pipeline.Config) string {
+	if p.Stats().Engine != "cuda" {
+		return "cpu"
+	}
+	if strings.HasPrefix(cfg.Device, "cuda:") {
+		return cfg.Device
+	}
+	return "cuda:0"
 }
 
 // dropDatasetCache drops every file of the dataset from the page cache.

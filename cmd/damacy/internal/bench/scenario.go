@@ -65,6 +65,12 @@ errors, and every value is checked; a message names the field at fault.
                                      0: none
       "host_buffer": "1GiB",         staging memory (0: the default)
       "device_buffer": "1GiB",       decoded-chunk memory (0: the default)
+      "chunk_cache": "256MiB",       a chunk cache of this size (decoded
+                                     chunks kept across batches; 0: none)
+      "epochs": 3,                   read the measured batches' boxes this
+                                     many times, each epoch after the first
+                                     in another order; the report gives
+                                     each epoch's rate (0 or 1: once)
       "hold_ms": 0,                  consumer hold between pop and release
       "engine": "auto",              auto, host, cuda or cuda:N
       "seed": 1                      box seed: same seed, same boxes
@@ -117,6 +123,8 @@ type RunSpec struct {
 	HoldMS       int      `json:"hold_ms,omitempty"`
 	Engine       string   `json:"engine,omitempty"`
 	Seed         uint64   `json:"seed"`
+	ChunkCache   ByteSize `json:"chunk_cache,omitempty"`
+	Epochs       int      `json:"epochs,omitempty"`
 }
 
 // NameList is a JSON string or a list of strings; a single name is a list
@@ -353,7 +361,7 @@ func probeField(section, key string, raw json.RawMessage) error {
 	switch section + "." + key {
 	case "dataset.dtype", "dataset.codec":
 		v = new(NameList)
-	case "run.gpu_cap", "run.host_buffer", "run.device_buffer":
+	case "run.gpu_cap", "run.host_buffer", "run.device_buffer", "run.chunk_cache":
 		v = new(ByteSize)
 	default:
 		return nil

@@ -55,6 +55,9 @@ var badScenarioTests = []badScenarioTest{
 	{`"gpu_cap": "64MiB"`, `"gpu_cap": "64 bananas"`, `run.gpu_cap: "64 bananas" is not a size`},
 	{`"gpu_cap": "64MiB"`, `"gpu_cap": -1`, `run.gpu_cap: -1 is not a byte count`},
 	{`"hold_ms": 0,`, `"hold_ms": -5,`, `run.hold_ms: -5: must be in 0..600000`},
+	{`"hold_ms": 0,`, `"hold_ms": 0, "chunk_cache": "64KiB",`, `run.chunk_cache: 65.5 kB: must be at least 1 MiB (0: no chunk cache)`},
+	{`"hold_ms": 0,`, `"hold_ms": 0, "chunk_cache": "lots",`, `run.chunk_cache: "lots" is not a size`},
+	{`"hold_ms": 0,`, `"hold_ms": 0, "epochs": -1,`, `run.epochs: -1: must be in 0..1000`},
 	{`"engine": "host"`, `"engine": "tpu"`, `run.engine: "tpu": want auto, host, cuda or cuda:N`},
 	{`"name": "t",`, `"name": "a b",`, `name: "a b": use letters, digits`},
 	{`"name": "t",`, ``, `name: missing`},
@@ -94,7 +97,7 @@ func TestScenarioNotFound(t *testing.T) {
 }
 
 func TestBuiltinScenarios(t *testing.T) {
-	want := []string{"bf16", "blosc-lz4", "blosc-zstd", "default", "mixed-dtype", "smoke", "throughput"}
+	want := []string{"bf16", "blosc-lz4", "blosc-zstd", "default", "epochs", "mixed-dtype", "smoke", "throughput"}
 	if got := BuiltinNames(); !cmp.Equal(got, want) {
 		t.Errorf("built-in scenarios = %v; want %v", got, want)
 	}

@@ -286,6 +286,12 @@ func (r *RunSpec) validate(d *DatasetSpec) error {
 	if r.DeviceBuffer != 0 && r.DeviceBuffer < 1<<20 {
 		return fieldErr("run.device_buffer", "%v: must be at least 1 MiB (0: the default)", r.DeviceBuffer)
 	}
+	if r.ChunkCache != 0 && r.ChunkCache < 1<<20 {
+		return fieldErr("run.chunk_cache", "%v: must be at least 1 MiB (0: no chunk cache)", r.ChunkCache)
+	}
+	if r.Epochs < 0 || r.Epochs > 1000 {
+		return fieldErr("run.epochs", "%d: must be in 0..1000", r.Epochs)
+	}
 	if r.HoldMS < 0 || r.HoldMS > 600000 {
 		return fieldErr("run.hold_ms", "%d: must be in 0..600000", r.HoldMS)
 	}
