@@ -212,7 +212,10 @@ def main():
                delete={"c/0/1": (slice(0, 4), slice(4, 8))})
 
     # Fill values.
-    zarr_array("v3-fill-nan", random_data("float32", (9, 9)), "fill NaN, missing chunk", (4, 4), fill=float("nan"),
+    # Not 9 x 9: a one-element edge chunk holding a NaN with a payload
+    # would equal the NaN fill, go unwritten, and read back as the fill's
+    # bits (zarr-python compares NaNs as equal when it skips empty chunks).
+    zarr_array("v3-fill-nan", random_data("float32", (9, 10)), "fill NaN, missing chunk", (4, 4), fill=float("nan"),
                blanks=[(slice(0, 4), slice(4, 8))])
     zarr_array("v3-fill-inf", random_data("float64", (9, 9)), "fill Infinity", (4, 4), fill=float("inf"),
                blanks=[(slice(4, 8), slice(0, 4))])
@@ -315,7 +318,7 @@ def v2_arrays():
                chunk_key_encoding={"name": "v2", "separator": "/"}, compressors=numcodecs.Zstd(level=1))
     zarr_array("v2-fill-null", random_data("uint16", (9, 9)), "v2 fill_value null, missing chunk", (4, 4),
                zarr_format=2, fill=None, delete={"1.1": (slice(4, 8), slice(4, 8))})
-    zarr_array("v2-fill-nan", random_data("<f8", (9, 9)), "v2 fill NaN, missing chunk", (4, 4), zarr_format=2,
+    zarr_array("v2-fill-nan", random_data("<f8", (9, 10)), "v2 fill NaN, missing chunk", (4, 4), zarr_format=2,
                fill=float("nan"), blanks=[(slice(0, 4), slice(0, 4))])
     zarr_array("v2-fill-neginf", random_data("<f4", (9, 9)), "v2 fill -Infinity", (4, 4), zarr_format=2,
                fill=float("-inf"), blanks=[(slice(0, 4), slice(0, 4))])
