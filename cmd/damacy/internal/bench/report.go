@@ -29,6 +29,10 @@ type Report struct {
 	Batches     int       `json:"batches"`
 	HoldMS      int       `json:"hold_ms"`
 
+	// Data says where a remote dataset (DatasetDir is then its URI) was
+	// read from; nil for a local one.
+	Data *DataSource `json:"data_source,omitempty"`
+
 	Startup      time.Duration `json:"startup_ns"`    // New until the first batch popped
 	Wall         time.Duration `json:"wall_ns"`       // the measured batches
 	OutputGBps   float64       `json:"output_gbps"`   // output bytes / wall
@@ -85,7 +89,7 @@ func newBenchStats(st pipeline.Stats) Stats {
 			"samples_emitted": st.SamplesEmitted, "chunks_decoded": st.ChunksDecoded,
 			"chunks_gpu": st.ChunksGPU, "chunks_redecoded": st.ChunksRedecoded, "chunks_fill": st.ChunksFill, "chunks_deduped": st.ChunksDeduped,
 			"read_ops": st.ReadOps, "bytes_read": st.BytesRead, "box_bytes": st.BoxBytes,
-			"output_bytes": st.OutputBytes,
+			"output_bytes": st.OutputBytes, "remote_requests": st.RemoteRequests, "remote_retries": st.RemoteRetries,
 		},
 	}
 }
@@ -104,6 +108,9 @@ func (r *Report) WriteText(w io.Writer) {
 	cache := "warm page cache"
 	if r.ColdCache {
 		cache = "page cache dropped before the run"
+	}
+	if d := r.Data; d != nil {
+		cache = fmt.Sprintf("%s at %s, %d requests in flight at most", d.Scheme, d.Endpoint, d.Concurrency)
 	}
 	p("dataset      %s (%s)\n", r.DatasetDir, cache)
 	p("engine       %s on %s, decoder %s\n", r.Engine, r.Device, r.Decoder)
@@ -124,7 +131,11 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	c := r.Stats.Counters
 	p("\n")
-	p("reads        %d ops, %s (%s per op)\n", c["read_ops"], base.FormatBytes(c["bytes_read"]), base.FormatBytes(c["bytes_read"]/max(c["read_ops"], 1)))
+	p("reads        %d ops, %s (%s per op)", c["read_ops"], base.FormatBytes(c["bytes_read"]), base.FormatBytes(c["bytes_read"]/max(c["read_ops"], 1)))
+	if r.Data != nil {
+		p("; %d requests, %d retries", c["remote_requests"], c["remote_retries"])
+	}
+	p("\n")
 	p("chunks       %d decoded (%d on the GPU), %d fill, %d deduplicated\n", c["chunks_decoded"], c["chunks_gpu"], c["chunks_fill"], c["chunks_deduped"])
 	p("caches       metadata %d hits, %d misses; shard index %d hits, %d misses\n", c["zarr_meta_hits"], c["zarr_meta_misses"], c["shard_index_hits"], c["shard_index_misses"])
 	if len(r.Ceilings) > 0 {

@@ -26,7 +26,7 @@ type Env struct {
 type Options struct {
 	DropCache bool   // drop the dataset's files from the page cache before the run and the pread replay
 	Trace     string // write a Chrome trace-event JSON file of the run's spans here
-	Data      string // the dataset's directory, instead of the scenario's dataset.dir
+	Data      string // the dataset's directory or remote URI, instead of the scenario's dataset.dir
 	BoxesOut  string // write the boxes read to this JSON file (for the peers)
 	Ceilings  bool   // measure the ceilings after the run
 	Verify    bool   // check the first batch popped against the reference reader
@@ -49,6 +49,7 @@ func pipelineConfig(sc *Scenario) pipeline.Config {
 		DeviceBufferBytes: int64(r.DeviceBuffer),
 		LookaheadBatches:  r.Lookahead,
 		IOThreads:         r.IOThreads,
+		IOConcurrency:     r.IOConcurrency,
 		MaxGPUMemoryBytes: int64(r.GPUCap),
 		Device:            dev,
 	}
@@ -70,18 +71,14 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 	if o.Trace != "" {
 		tr = newTracer()
 	}
-	dir := sc.dataDir(o.Data)
 	t := time.Now()
-	gs, err := ensureDataset(ctx, e, &sc.Dataset, dir, false)
+	bs, gs, err := openDataset(ctx, e, sc, o)
 	if err != nil {
 		return nil, err
 	}
+	defer bs.remote.close()
 	if gs.RawBytes > 0 {
 		tr.span(traceRowPhases, "phase", "generate dataset", t, time.Now(), nil)
-	}
-	bs, err := newBoxSet(sc, dir, drawBoxes(sc))
-	if err != nil {
-		return nil, err
 	}
 	if o.BoxesOut != "" {
 		if err := bs.write(o.BoxesOut); err != nil {
@@ -89,14 +86,14 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 		}
 	}
 	if o.DropCache {
-		if err := dropDatasetCache(dir); err != nil {
+		if err := dropDatasetCache(bs.DatasetDir); err != nil {
 			return nil, err
 		}
 	}
 	rep := &Report{
 		Scenario: sc.Name, Description: sc.Description, Date: time.Now().UTC().Truncate(time.Second),
 		Host:       Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
-		DatasetDir: bs.DatasetDir, Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
+		DatasetDir: bs.DatasetDir, Data: bs.source(), Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
 		Dtype: bs.Dtype, BatchSize: sc.Run.BatchSize, SampleShape: sc.Run.SampleShape,
 		Warmup: sc.Run.Warmup, Batches: sc.Run.Batches, HoldMS: sc.Run.HoldMS,
 	}
