@@ -15,8 +15,10 @@ In one run, on one host:
   4. tensorstore_peer.py on the same boxes through tensorstore's s3 kvstore
      against the same MinIO (unless --no-peer), and with --peer-local also
      on the local files;
-  5. prints the rates and the ratios s3/local and damacy/tensorstore, and
-     writes everything to --work/compare.json.
+  5. prints each rate as it comes, with the cores damacy kept busy over its
+     measured batches and MinIO's CPU over each command, then the ratios
+     s3/local and damacy/tensorstore; writes everything (the reports, the
+     boxes, the costs) under --work, summed up in compare.json.
 
 Only the Python standard library is used (the peer needs tensorstore and
 numpy; torch for the GPU copy). Everything runs on loopback; MinIO is
@@ -102,6 +104,11 @@ class MinIO:
             "MINIO_ROOT_PASSWORD": self.secret,
             "MINIO_BROWSER": "off",
             "MINIO_UPDATE": "off",
+            # Write through the page cache (MinIO writes with O_DIRECT by
+            # default), so that the copy is served warm, as the local run
+            # reads its files from a warm page cache.
+            "MINIO_API_ODIRECT": "off",
+            "MINIO_API_DISABLE_ODIRECT": "on",
         }
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen(
@@ -133,6 +140,12 @@ class MinIO:
                 self.stop()
                 raise SystemExit("remote_compare: MinIO not live after 90 s; see %s" % log_path)
             time.sleep(0.1)
+
+    def cpu_seconds(self):
+        """The CPU time (user and system) the server has used so far."""
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def make_bucket(self, bucket):
         status, body = sigv4_request("PUT", self.endpoint, "/" + bucket, self.access, self.secret)
@@ -168,24 +181,27 @@ class MinIO:
         self.log.close()
 
 
-def run(cmd, env, out=None):
-    """Run cmd, its stderr passed through; return its stdout (also written to out)."""
+def run(cmd, env, minio, out=None):
+    """Run cmd, its stderr passed through, and return its stdout (also
+    written to out) and what it cost: its wall time, its CPU time and
+    MinIO's CPU time meanwhile, in seconds."""
     log("$ " + " ".join(cmd))
-    t = time.time()
+    t, m = time.time(), minio.cpu_seconds()
+    c = os.times()
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE)
+    c2 = os.times()
+    cost = {
+        "wall_s": time.time() - t,
+        "cpu_s": c2.children_user + c2.children_system - c.children_user - c.children_system,
+        "minio_cpu_s": minio.cpu_seconds() - m,
+    }
     if p.returncode != 0:
         raise SystemExit("remote_compare: %s exited with status %d" % (cmd[0], p.returncode))
-    log("  %.1f s" % (time.time() - t))
+    log("  %.1f s, CPU %.1f s, MinIO's CPU %.1f s" % (cost["wall_s"], cost["cpu_s"], cost["minio_cpu_s"]))
     if out:
         with open(out, "wb") as f:
             f.write(p.stdout)
-    return p.stdout
-
-
-def ceiling_line(rep):
-    if not rep.get("lowest_ceiling"):
-        return ""
-    return "lowest ceiling %s, %.0f%% of it" % (rep["lowest_ceiling"], 100 * rep.get("fraction_of_lowest", 0))
+    return p.stdout, cost
 
 
 def main():
@@ -224,23 +240,44 @@ def main():
     summary = {"scenario": args.scenario, "uri": uri, "local": data}
 
     m = MinIO(args.minio, minio_dir, args.port, f("minio.log"))
+    lines = []
+
+    def say(line):
+        lines.append(line)
+        print(line, flush=True)
+
+    def rate(label, r, cost, served=True):
+        extra = ""
+        if r.get("cpu_ns"):
+            extra = "; damacy kept %.1f cores busy" % (r["cpu_ns"] / r["wall_ns"])
+        if served:
+            extra += "; MinIO %.1f cores over the command" % (cost["minio_cpu_s"] / cost["wall_s"])
+        say("%-30s %8.3f GB/s of %s, %7.1f samples/s%s" % (label, r["output_gbps"], r["dtype"], r["samples_per_s"], extra))
+
     try:
         log("MinIO at %s, data in %s" % (m.endpoint, minio_dir))
         m.make_bucket(args.bucket)
         env = m.env()
-        t = time.time()
-        run([args.damacy, "gen", "--local", data, args.scenario, uri], env)
-        summary["gen_upload_s"] = time.time() - t
+        _, cost = run([args.damacy, "gen", "--local", data, args.scenario, uri], env, m)
+        summary["gen_upload"] = cost
 
-        local = json.loads(run(bench + ["--boxes-out", f("boxes-local.json"), "--data", data, args.scenario], env, f("bench-local.json")))
+        out, cost = run(bench + ["--boxes-out", f("boxes-local.json"), "--data", data, args.scenario], env, m, f("bench-local.json"))
+        local = json.loads(out)
+        summary["damacy_local"], summary["damacy_local_cost"] = local, cost
+        rate("damacy, local files", local, cost, served=False)
         s3_args = ["--io-concurrency", str(args.io_concurrency)] if args.io_concurrency else []
-        s3 = json.loads(
-            run(bench + s3_args + ["--boxes-out", f("boxes-s3.json"), "--data", uri, args.scenario], env, f("bench-s3.json"))
-        )
+        out, cost = run(bench + s3_args + ["--boxes-out", f("boxes-s3.json"), "--data", uri, args.scenario], env, m, f("bench-s3.json"))
+        s3 = json.loads(out)
+        summary["damacy_s3"], summary["damacy_s3_cost"] = s3, cost
+        rate("damacy, s3 (MinIO, loopback)", s3, cost)
         with open(f("boxes-local.json")) as a, open(f("boxes-s3.json")) as b:
             if json.load(a)["samples"] != json.load(b)["samples"]:
                 raise SystemExit("remote_compare: the two runs read different boxes")
-        summary["damacy_local"], summary["damacy_s3"] = local, s3
+        ratios = {"s3_over_local": s3["output_gbps"] / local["output_gbps"]}
+        say("s3 / local: %.0f%% (target >= 80%%)" % (100 * ratios["s3_over_local"]))
+        for c in s3.get("ceilings", []):
+            if c["name"] == "GET replay":
+                say("GET replay (s3 run): %.3f GB/s read, %.3f GB/s as output; %s" % (c["gbps"], c["output_gbps"], c["detail"]))
 
         peers = {}
         if not args.no_peer:
@@ -249,38 +286,26 @@ def main():
                 peer += ["--threads", str(args.peer_threads)]
             if args.peer_requests:
                 peer += ["--requests", str(args.peer_requests)]
-            peers["s3"] = json.loads(run(peer + [f("boxes-s3.json")], env, f("tensorstore-s3.json")))
+            out, cost = run(peer + [f("boxes-s3.json")], env, m, f("tensorstore-s3.json"))
+            peers["s3"] = json.loads(out)
+            summary["tensorstore_s3_cost"] = cost
+            rate("tensorstore, s3 (MinIO)", peers["s3"], cost)
+            ratios["s3_over_tensorstore_s3"] = s3["output_gbps"] / peers["s3"]["output_gbps"]
+            say("damacy / tensorstore, both on s3: %.2fx (target >= 3x)" % ratios["s3_over_tensorstore_s3"])
             if args.peer_local:
-                peers["local"] = json.loads(run(peer + [f("boxes-local.json")], env, f("tensorstore-local.json")))
-        summary["tensorstore"] = peers
+                out, cost = run(peer + [f("boxes-local.json")], env, m, f("tensorstore-local.json"))
+                peers["local"] = json.loads(out)
+                rate("tensorstore, local files", peers["local"], cost, served=False)
+                ratios["local_over_tensorstore_local"] = local["output_gbps"] / peers["local"]["output_gbps"]
+                say("damacy / tensorstore, both local: %.2fx" % ratios["local_over_tensorstore_local"])
+        summary["tensorstore"], summary["ratios"] = peers, ratios
     finally:
         m.stop()
         if not args.keep:
             shutil.rmtree(minio_dir, ignore_errors=True)
-
-    out = s3["dtype"]
-    lines = [
-        "%-26s %8.3f GB/s of %s, %7.1f samples/s  %s" % ("damacy, local files", local["output_gbps"], out, local["samples_per_s"], ceiling_line(local)),
-        "%-26s %8.3f GB/s of %s, %7.1f samples/s  %s" % ("damacy, s3 (MinIO, loopback)", s3["output_gbps"], out, s3["samples_per_s"], ceiling_line(s3)),
-    ]
-    for k, p in peers.items():
-        label = "tensorstore, s3 (MinIO)" if k == "s3" else "tensorstore, local files"
-        lines.append("%-26s %8.3f GB/s of %s, %7.1f samples/s" % (label, p["output_gbps"], out, p["samples_per_s"]))
-    ratios = {"s3_over_local": s3["output_gbps"] / local["output_gbps"]}
-    lines.append("s3 / local:              %5.0f%% (target >= 80%%)" % (100 * ratios["s3_over_local"]))
-    if "s3" in peers:
-        ratios["s3_over_tensorstore_s3"] = s3["output_gbps"] / peers["s3"]["output_gbps"]
-        lines.append("damacy / tensorstore, s3: %5.2fx (target >= 3x)" % ratios["s3_over_tensorstore_s3"])
-    if "local" in peers:
-        ratios["local_over_tensorstore_local"] = local["output_gbps"] / peers["local"]["output_gbps"]
-        lines.append("damacy / tensorstore, local: %5.2fx" % ratios["local_over_tensorstore_local"])
-    for c in s3.get("ceilings", []):
-        if c["name"] == "GET replay":
-            lines.append("GET replay (s3 run): %.3f GB/s read, %.3f GB/s as output; %s" % (c["gbps"], c["output_gbps"], c["detail"]))
-    summary["ratios"] = ratios
-    with open(f("compare.json"), "w") as fh:
-        json.dump(summary, fh, indent=1)
-    print("\n".join(lines))
+        summary["lines"] = lines
+        with open(f("compare.json"), "w") as fh:
+            json.dump(summary, fh, indent=1)
     log("reports in %s (compare.json, bench-*.json, tensorstore-*.json)" % work)
 
 

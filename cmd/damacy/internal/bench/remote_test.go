@@ -58,6 +58,8 @@ func checkRemoteRun(t *testing.T, rep, local *Report, boxes, localBoxes, uri, sc
 			local.Stats.Counters["output_bytes"], local.Stats.Counters["chunks_decoded"])
 	case rep.CeilingError != "":
 		t.Errorf("ceilings: %s", rep.CeilingError)
+	case rep.CPU <= 0:
+		t.Errorf("CPU time %v over the measured batches", rep.CPU)
 	}
 	var names []string
 	for _, cl := range rep.Ceilings {

@@ -32,6 +32,9 @@ type Report struct {
 	// Data says where a remote dataset (DatasetDir is then its URI) was
 	// read from; nil for a local one.
 	Data *DataSource `json:"data_source,omitempty"`
+	// CPU is the CPU time (user and system) of this process over the
+	// measured batches: over Wall, the cores the run kept busy.
+	CPU time.Duration `json:"cpu_ns,omitempty"`
 
 	Startup      time.Duration `json:"startup_ns"`    // New until the first batch popped
 	Wall         time.Duration `json:"wall_ns"`       // the measured batches
@@ -117,7 +120,11 @@ func (r *Report) WriteText(w io.Writer) {
 	p("run          %d batches of %d x %s %s after %d warm-up; hold %d ms; startup %s\n",
 		r.Batches, r.BatchSize, base.Shape(r.SampleShape), r.Dtype, r.Warmup, r.HoldMS, r.Startup.Round(time.Millisecond))
 	p("\n")
-	p("throughput   %.3f GB/s of %s output, %.1f samples/s, wall %s\n", r.OutputGBps, r.Dtype, r.SamplesPerS, r.Wall.Round(time.Millisecond))
+	p("throughput   %.3f GB/s of %s output, %.1f samples/s, wall %s", r.OutputGBps, r.Dtype, r.SamplesPerS, r.Wall.Round(time.Millisecond))
+	if r.CPU > 0 {
+		p(", CPU %s (%.1f cores)", r.CPU.Round(time.Millisecond), r.CPU.Seconds()/r.Wall.Seconds())
+	}
+	p("\n")
 	p("source       %.3f GB/s of box bytes in the source dtype\n", r.SourceGBps)
 	p("read         %.3f GB/s (wire), read amplification %.2f\n", r.WireGBps, r.ReadAmp)
 	p("\n")

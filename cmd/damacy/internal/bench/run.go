@@ -182,10 +182,11 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 	prog := startProgress(e, "streaming", "batches", int64(total))
 	defer prog.finish()
 	var start time.Time
+	var cpu time.Duration
 	for i := range total {
 		if i == sc.Run.Warmup {
 			p.StatsReset()
-			start = time.Now()
+			start, cpu = time.Now(), processCPU()
 			if i > 0 {
 				tr.span(traceRowPhases, "phase", "warmup", t0, start, nil)
 			}
@@ -221,7 +222,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 		b.Release()
 		prog.add(1)
 	}
-	rep.Wall = time.Since(start)
+	rep.Wall, rep.CPU = time.Since(start), processCPU()-cpu
 	tr.span(traceRowPhases, "phase", "measured batches", start, start.Add(rep.Wall), nil)
 	return p.Stats(), nil
 }
