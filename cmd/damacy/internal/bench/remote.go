@@ -176,8 +176,10 @@ func (bs *boxSet) source() *DataSource {
 // getReq is one GET of the replay: neighbouring chunks of one object.
 type getReq struct {
 	key    string
-	ranges []remote.Range // offsets in the object; Buf set by getReplayStage
+	chunks []readRange    // the chunks wanted, by offset (file is key)
+	ranges []remote.Range // their places in the staging buffer (getReplayStage)
 	bytes  int64          // the span the GET transfers, gaps included
+	wanted int64          // the chunks' bytes
 }
 
 // getReplayRequests lists the GETs of every measured batch: each batch's
@@ -189,36 +191,32 @@ func getReplayRequests(rp *replanned) []getReq {
 	for _, refs := range rp.batches {
 		start := len(out)
 		for _, r := range refs {
-			c := &r.chunk
+			c := readRange{file: r.file, off: r.chunk.Offset, len: r.chunk.Length}
 			if n := len(out); n > start {
 				q := &out[n-1]
-				last := q.ranges[len(q.ranges)-1]
-				end := last.Off + int64(len(last.Buf))
-				if q.key == r.file && c.Offset >= end && c.Offset-end <= plan.RemoteGapBytes &&
-					c.Offset+c.Length-q.ranges[0].Off <= plan.RemoteSpanBytes {
-					q.ranges = append(q.ranges, remote.Range{Off: c.Offset, Buf: make([]byte, 0, c.Length)})
-					q.bytes = c.Offset + c.Length - q.ranges[0].Off
+				last := q.chunks[len(q.chunks)-1]
+				end := last.off + last.len
+				if q.key == c.file && c.off >= end && c.off-end <= plan.RemoteGapBytes && c.off+c.len-q.chunks[0].off <= plan.RemoteSpanBytes {
+					q.chunks = append(q.chunks, c)
+					q.bytes = c.off + c.len - q.chunks[0].off
+					q.wanted += c.len
 					continue
 				}
 			}
-			out = append(out, getReq{key: r.file, ranges: []remote.Range{{Off: c.Offset, Buf: make([]byte, 0, c.Length)}}, bytes: c.Length})
+			out = append(out, getReq{key: c.file, chunks: []readRange{c}, bytes: c.len, wanted: c.len})
 		}
 	}
 	return out
 }
 
-// getReplayStage places the wanted bytes of the GETs one after another in
-// a buffer of up to replayStageBytes (wrapping to its start), as
+// getReplayStage places the chunks of the GETs one after another in a
+// buffer of up to replayStageBytes (wrapping to its start), as
 // replayStage does for the pread replay, and returns the bytes wanted.
 func getReplayStage(reqs []getReq) int64 {
 	var total, maxLen int64
 	for _, q := range reqs {
-		var n int64
-		for _, rg := range q.ranges {
-			n += int64(cap(rg.Buf))
-		}
-		total += n
-		maxLen = max(maxLen, n)
+		total += q.wanted
+		maxLen = max(maxLen, q.wanted)
 	}
 	size := max(min(total, replayStageBytes), maxLen)
 	buf := make([]byte, size)
@@ -228,17 +226,13 @@ func getReplayStage(reqs []getReq) int64 {
 	var at int64
 	for i := range reqs {
 		q := &reqs[i]
-		var n int64
-		for _, rg := range q.ranges {
-			n += int64(cap(rg.Buf))
-		}
-		if at+n > size {
+		if at+q.wanted > size {
 			at = 0
 		}
-		for k := range q.ranges {
-			l := int64(cap(q.ranges[k].Buf))
-			q.ranges[k].Buf = buf[at : at+l : at+l]
-			at += l
+		q.ranges = make([]remote.Range, len(q.chunks))
+		for k, c := range q.chunks {
+			q.ranges[k] = remote.Range{Off: c.off, Buf: buf[at : at+c.len]}
+			at += c.len
 		}
 	}
 	return total

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/damacy-go/damacy/pipeline/plan"
+	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/remote/remotetest"
 )
 
@@ -167,5 +170,45 @@ func TestRunRemote(t *testing.T) {
 	_, err = Run(context.Background(), quiet, smokeHost(t), Options{Data: "ftp://host/data"})
 	if err == nil || !strings.Contains(err.Error(), "s3://, gs://, http:// or https://") {
 		t.Errorf("an ftp:// dataset: %v", err)
+	}
+}
+
+// TestGetReplayRequests: the GET replay merges a batch's chunks of one
+// object as the pipeline merges a wave's (gaps up to plan.RemoteGapBytes,
+// spans up to plan.RemoteSpanBytes), never across batches or objects, and
+// stages only the chunks.
+func TestGetReplayRequests(t *testing.T) {
+	const gap, span = plan.RemoteGapBytes, plan.RemoteSpanBytes
+	ref := func(key string, off, n int64) chunkRef {
+		return chunkRef{file: key, chunk: zarr.Chunk{Key: key, Offset: off, Length: n}}
+	}
+	rp := &replanned{batches: [][]chunkRef{
+		{
+			ref("a", 0, 100), ref("a", 100+gap, 100), // a gap at the cap: one GET
+			ref("a", 201+2*gap, 100),                                       // one byte more: another
+			ref("b", 301+2*gap, 100),                                       // another object
+			ref("c", 0, span-10), ref("c", span-10, 10), ref("c", span, 1), // the span cap
+		},
+		{ref("a", 0, 100)}, // another batch
+	}}
+	reqs := getReplayRequests(rp)
+	var got []string
+	for _, q := range reqs {
+		got = append(got, fmt.Sprintf("%s:%d:%d:%d", q.key, len(q.chunks), q.bytes, q.wanted))
+	}
+	want := []string{"a:2:" + fmt.Sprint(200+gap) + ":200", "a:1:100:100", "b:1:100:100", "c:2:" + fmt.Sprint(span) + ":" + fmt.Sprint(span), "c:1:1:1", "a:1:100:100"}
+	if !slices.Equal(got, want) {
+		t.Errorf("GETs %v; want %v", got, want)
+	}
+	wanted := getReplayStage(reqs)
+	if wanted != 500+span+1 {
+		t.Errorf("%d bytes wanted; want %d", wanted, 500+span+1)
+	}
+	for _, q := range reqs {
+		for k, r := range q.ranges {
+			if r.Off != q.chunks[k].off || int64(len(r.Buf)) != q.chunks[k].len {
+				t.Errorf("range %d of %s: %d bytes at %d; want chunk %+v", k, q.key, len(r.Buf), r.Off, q.chunks[k])
+			}
+		}
 	}
 }
