@@ -90,7 +90,7 @@ func (bs *boxSet) write(path string) error {
 // uri is the pipeline URI of sample s: its image group.
 func (bs *boxSet) uri(s boxSample) string {
 	if bs.remote != nil {
-		return bs.DatasetDir + "/" + bs.Arrays[s.Array]
+		return bs.remote.join(bs.Arrays[s.Array])
 	}
 	return filepath.Join(bs.DatasetDir, bs.Arrays[s.Array])
 }

@@ -60,7 +60,8 @@ func openDataset(ctx context.Context, e Env, sc *Scenario, o Options) (*boxSet, 
 // bench itself reads it through (its marker, the metadata the ceilings
 // plan with, and the GET replay).
 type remoteData struct {
-	uri    string // without a trailing slash
+	uri    string   // without a trailing slash
+	base   *url.URL // uri parsed
 	scheme string
 	opener *remote.Opener
 	store  *remote.Store
@@ -120,7 +121,7 @@ func openRemoteData(ctx context.Context, sc *Scenario, uri string) (*remoteData,
 		o.Close()
 		return nil, err
 	}
-	rd := &remoteData{uri: uri, scheme: scheme, opener: o, store: st.(*remote.Store), path: p}
+	rd := &remoteData{uri: uri, base: u, scheme: scheme, opener: o, store: st.(*remote.Store), path: p}
 	if err := rd.checkMarker(&sc.Dataset, sc.Name); err != nil {
 		o.Close()
 		return nil, err
@@ -146,6 +147,14 @@ func (rd *remoteData) checkMarker(d *DatasetSpec, scenario string) error {
 			rd.uri, scenario, markerFile, scenario)
 	}
 	return nil
+}
+
+// join returns the URI of a path relative to the dataset (before the
+// query of an http(s):// URI, which every request carries).
+func (rd *remoteData) join(rel string) string {
+	u := *rd.base
+	u.Path, u.RawPath = path.Join("/", u.Path, rel), ""
+	return u.String()
 }
 
 // key is the store key of a path relative to the dataset.

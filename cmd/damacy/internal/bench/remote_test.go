@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -209,6 +210,23 @@ func TestGetReplayRequests(t *testing.T) {
 			if r.Off != q.chunks[k].off || int64(len(r.Buf)) != q.chunks[k].len {
 				t.Errorf("range %d of %s: %d bytes at %d; want chunk %+v", k, q.key, len(r.Buf), r.Off, q.chunks[k])
 			}
+		}
+	}
+}
+
+func TestRemoteJoin(t *testing.T) {
+	for uri, want := range map[string]string{
+		"s3://bucket/p/q":                "s3://bucket/p/q/a001",
+		"s3://bucket":                    "s3://bucket/a001",
+		"https://h:8/d/x?sig=a%2Fb&t=1":  "https://h:8/d/x/a001?sig=a%2Fb&t=1",
+		"http://127.0.0.1:9/data%20sets": "http://127.0.0.1:9/data%20sets/a001",
+	} {
+		u, err := url.Parse(uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := (&remoteData{base: u}).join("a001"); got != want {
+			t.Errorf("join(%s, a001) = %s, want %s", uri, got, want)
 		}
 	}
 }
