@@ -73,7 +73,8 @@ def sigv4_request(method, endpoint, path, access, secret, body=b""):
     for part in (day, REGION, "s3", "aws4_request"):
         key = hmac.new(key, part.encode(), hashlib.sha256).digest()
     sig = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    req = urllib.request.Request(endpoint + path, data=body if method in ("PUT", "POST") else None, method=method)
+    data = body if method in ("PUT", "POST") else None
+    req = urllib.request.Request(endpoint + path, data=data, method=method)
     for k, v in headers.items():
         if k != "host":
             req.add_header(k, v)
@@ -129,7 +130,10 @@ class MinIO:
         deadline = time.time() + 90
         while True:
             if self.proc.poll() is not None:
-                raise SystemExit("remote_compare: MinIO exited at start (status %d); see %s" % (self.proc.returncode, log_path))
+                raise SystemExit(
+                    "remote_compare: MinIO exited at start (status %d); see %s"
+                    % (self.proc.returncode, log_path)
+                )
             try:
                 with urllib.request.urlopen(self.endpoint + "/minio/health/live", timeout=1) as r:
                     if r.status == 200:
@@ -148,9 +152,16 @@ class MinIO:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def make_bucket(self, bucket):
-        status, body = sigv4_request("PUT", self.endpoint, "/" + bucket, self.access, self.secret)
-        if status != 200 and b"BucketAlreadyOwnedByYou" not in body:
-            raise SystemExit("remote_compare: creating bucket %s: %d %s" % (bucket, status, body[:300]))
+        # MinIO answers its liveness check before its object layer is up,
+        # and 503 until then.
+        deadline = time.time() + 60
+        while True:
+            status, body = sigv4_request("PUT", self.endpoint, "/" + bucket, self.access, self.secret)
+            if status == 200 or b"BucketAlreadyOwnedByYou" in body:
+                return
+            if status < 500 or time.time() > deadline:
+                raise SystemExit("remote_compare: creating bucket %s: %d %s" % (bucket, status, body[:300]))
+            time.sleep(0.2)
 
     def env(self):
         """The environment that points damacy and tensorstore at the server."""
@@ -209,16 +220,16 @@ def main():
     ap.add_argument("scenario", help="a scenario name or file, as damacy bench takes")
     ap.add_argument("--damacy", default=os.environ.get("DAMACY", "damacy"), help="the damacy binary")
     ap.add_argument("--minio", default=os.environ.get("DAMACY_MINIO", "minio"), help="the MinIO binary")
-    ap.add_argument("--work", default="remote-compare", help="directory for MinIO's data, the reports and boxes")
-    ap.add_argument("--data", help="the local dataset directory (default: WORK/data); generated there when absent")
+    ap.add_argument("--work", default="remote-compare", help="where MinIO's data, the reports and boxes go")
+    ap.add_argument("--data", help="the local dataset (default: WORK/data); generated there when absent")
     ap.add_argument("--port", type=int, default=0, help="MinIO's port on 127.0.0.1 (default: a free one)")
     ap.add_argument("--bucket", default="damacy")
     ap.add_argument("--engine", help="damacy bench --engine for both runs")
     ap.add_argument("--io-concurrency", type=int, help="damacy bench --io-concurrency for the s3 run")
-    ap.add_argument("--bench-arg", action="append", default=[], help="an extra argument for both bench runs (repeatable)")
+    ap.add_argument("--bench-arg", action="append", default=[], help="an argument for both bench runs")
     ap.add_argument("--python", default=sys.executable, help="the Python that runs the tensorstore peer")
     ap.add_argument("--peer-threads", type=int, help="tensorstore_peer.py --threads")
-    ap.add_argument("--peer-requests", type=int, help="tensorstore_peer.py --requests (s3 requests in flight)")
+    ap.add_argument("--peer-requests", type=int, help="tensorstore_peer.py --requests (in flight)")
     ap.add_argument("--no-peer", action="store_true", help="do not run tensorstore")
     ap.add_argument("--peer-local", action="store_true", help="also run tensorstore on the local files")
     ap.add_argument("--keep", action="store_true", help="keep MinIO's data directory")
@@ -236,7 +247,10 @@ def main():
     bench = [args.damacy, "bench", "--json"] + args.bench_arg
     if args.engine:
         bench += ["--engine", args.engine]
-    f = lambda n: os.path.join(work, n)
+
+    def f(name):
+        return os.path.join(work, name)
+
     summary = {"scenario": args.scenario, "uri": uri, "local": data}
 
     m = MinIO(args.minio, minio_dir, args.port, f("minio.log"))
@@ -252,7 +266,10 @@ def main():
             extra = "; damacy kept %.1f cores busy" % (r["cpu_ns"] / r["wall_ns"])
         if served:
             extra += "; MinIO %.1f cores over the command" % (cost["minio_cpu_s"] / cost["wall_s"])
-        say("%-30s %8.3f GB/s of %s, %7.1f samples/s%s" % (label, r["output_gbps"], r["dtype"], r["samples_per_s"], extra))
+        say(
+            "%-30s %8.3f GB/s of %s, %7.1f samples/s%s"
+            % (label, r["output_gbps"], r["dtype"], r["samples_per_s"], extra)
+        )
 
     try:
         log("MinIO at %s, data in %s" % (m.endpoint, minio_dir))
@@ -261,12 +278,14 @@ def main():
         _, cost = run([args.damacy, "gen", "--local", data, args.scenario, uri], env, m)
         summary["gen_upload"] = cost
 
-        out, cost = run(bench + ["--boxes-out", f("boxes-local.json"), "--data", data, args.scenario], env, m, f("bench-local.json"))
+        cmd = bench + ["--boxes-out", f("boxes-local.json"), "--data", data, args.scenario]
+        out, cost = run(cmd, env, m, f("bench-local.json"))
         local = json.loads(out)
         summary["damacy_local"], summary["damacy_local_cost"] = local, cost
         rate("damacy, local files", local, cost, served=False)
         s3_args = ["--io-concurrency", str(args.io_concurrency)] if args.io_concurrency else []
-        out, cost = run(bench + s3_args + ["--boxes-out", f("boxes-s3.json"), "--data", uri, args.scenario], env, m, f("bench-s3.json"))
+        cmd = bench + s3_args + ["--boxes-out", f("boxes-s3.json"), "--data", uri, args.scenario]
+        out, cost = run(cmd, env, m, f("bench-s3.json"))
         s3 = json.loads(out)
         summary["damacy_s3"], summary["damacy_s3_cost"] = s3, cost
         rate("damacy, s3 (MinIO, loopback)", s3, cost)
@@ -277,7 +296,10 @@ def main():
         say("s3 / local: %.0f%% (target >= 80%%)" % (100 * ratios["s3_over_local"]))
         for c in s3.get("ceilings", []):
             if c["name"] == "GET replay":
-                say("GET replay (s3 run): %.3f GB/s read, %.3f GB/s as output; %s" % (c["gbps"], c["output_gbps"], c["detail"]))
+                say(
+                    "GET replay (s3 run): %.3f GB/s read, %.3f GB/s as output; %s"
+                    % (c["gbps"], c["output_gbps"], c["detail"])
+                )
 
         peers = {}
         if not args.no_peer:

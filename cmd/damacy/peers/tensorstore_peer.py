@@ -69,7 +69,8 @@ def kvstore(base, rel, s3_endpoint):
         return {"driver": "gcs", "bucket": bucket, "path": path}
     if scheme != "s3":
         sys.exit("tensorstore_peer: %s: want a directory or an s3://, gs://, http:// or https:// URI" % base)
-    spec = {"driver": "s3", "bucket": bucket, "path": path, "aws_region": os.environ.get("AWS_REGION") or "us-east-1"}
+    region = os.environ.get("AWS_REGION") or "us-east-1"
+    spec = {"driver": "s3", "bucket": bucket, "path": path, "aws_region": region}
     endpoint = s3_endpoint or first_env("DAMACY_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
     if endpoint:
         spec["endpoint"] = endpoint
@@ -86,8 +87,8 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="tensorstore IO and copy concurrency")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     ap.add_argument("--data", help="the dataset: a directory or URI (default: the boxes file's dataset_dir)")
-    ap.add_argument("--requests", type=int, default=64, help="object-store requests in flight (s3, gcs, http)")
-    ap.add_argument("--s3-endpoint", help="the S3 endpoint (default: from the environment, as damacy reads it)")
+    ap.add_argument("--requests", type=int, default=64, help="object-store requests in flight")
+    ap.add_argument("--s3-endpoint", help="the S3 endpoint (default: the environment's, as damacy's)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     args = ap.parse_args()
 
