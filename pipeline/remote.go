@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/remote"
 )
@@ -19,17 +20,10 @@ import (
 // GETs, up to Config.IOConcurrency in flight, straight into the staging
 // slab.
 
-// Coalescing of object-store reads. The wave's read ops (already merged
-// per object with the local gap and size caps, gaps staged) of one object
-// are merged further into one GET while the gap between two is at most
-// remoteGapBytes and the GET spans at most remoteSpanBytes. A GET costs a
-// round trip (tens of milliseconds on S3), while 256 KiB of gap stream
-// past in a few milliseconds and are discarded, never staged. The span cap
-// keeps a wave's bytes spread over many requests in flight: one S3 stream
-// gives 50-100 MB/s, so throughput comes from concurrency.
+// Coalescing of object-store reads: see plan.RemoteGapBytes.
 const (
-	remoteGapBytes  = 256 << 10
-	remoteSpanBytes = 8 << 20
+	remoteGapBytes  = plan.RemoteGapBytes
+	remoteSpanBytes = plan.RemoteSpanBytes
 )
 
 // newStores returns the pipeline's opener of sample URIs.

@@ -12,7 +12,7 @@ import (
 
 var cmdBench = &command{
 	name:  "bench",
-	usage: "bench [--json] [--drop-cache] [--duration D] [--trace FILE] [--data DIR] [--boxes-out FILE] [flags] SCENARIO.json",
+	usage: "bench [--json] [--drop-cache] [--duration D] [--trace FILE] [--data DIR|URI] [--boxes-out FILE] [flags] SCENARIO.json",
 	short: "run a benchmark scenario and report throughput, stages and ceilings",
 	long: `Bench runs a scenario: it generates the dataset if it is absent (as 'damacy
 gen' does), draws the boxes from the run's seed, streams the warm-up
@@ -37,6 +37,12 @@ and then the ceilings, measured in the same run over the same boxes:
                     per batch), read with as many goroutines as the run had
                     IO threads into a staging buffer of up to 1 GiB, one
                     range after another, as the run reads into its slabs
+  GET replay        instead of the pread replay when the dataset is remote:
+                    the same chunks, batch by batch, merged into ranged GETs
+                    as the run merges them (gaps up to 256 KiB, up to 8 MiB
+                    per GET), fetched through the same kind of store with as
+                    many GETs in flight as the run had (io_concurrency) into
+                    a staging buffer of up to 1 GiB
   decode-only       those chunks decoded on the CPU, one decoder per core;
                     and, when the CUDA engine decoded with nvCOMP, what it
                     sends nvCOMP of them (zstd and LZ4 chunks, the streams
@@ -48,6 +54,13 @@ and then the ceilings, measured in the same run over the same boxes:
                     GPU for the CUDA engine)
   h2d               pinned host-to-device copies at the run's average copy
                     size (CUDA engine only)
+
+--data s3://bucket/path (or gs://, http://, https://) reads a copy of the
+dataset from an object store or web server, as 'damacy gen SCENARIO
+s3://bucket/path' uploads it: the copy's damacy-dataset.json must be the
+scenario's (it is never generated from bench), the boxes are drawn as for
+local data (same seed, same boxes), and the report names the scheme and
+the endpoint (credentials and endpoint as for 'damacy read').
 
 Each ceiling is also given as output GB/s (its rate scaled by the run's
 output bytes per byte it handles), and the throughput as a fraction of the
@@ -82,13 +95,15 @@ Examples:
   damacy bench --drop-cache --json --boxes-out boxes.json throughput
   damacy bench --duration 20m --json throughput > soak.json
   damacy bench epochs
-  damacy bench --trace run.json --data /nvme/bench cmd/damacy/internal/bench/scenarios/default.json`,
+  damacy bench --trace run.json --data /nvme/bench cmd/damacy/internal/bench/scenarios/default.json
+  damacy gen throughput s3://bucket/bench/throughput && damacy bench --data s3://bucket/bench/throughput throughput`,
 	setup: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		var o bench.Options
 		asJSON := fs.Bool("json", false, "write the report as JSON")
 		fs.BoolVar(&o.DropCache, "drop-cache", false, "drop the dataset's files from the page cache before the run and before the pread replay (posix_fadvise DONTNEED)")
 		fs.StringVar(&o.Trace, "trace", "", "write a Chrome trace-event JSON file of the run's spans")
-		fs.StringVar(&o.Data, "data", "", "dataset directory (overrides the scenario's dataset.dir)")
+		fs.StringVar(&o.Data, "data", "", "dataset directory, or the URI of a remote copy (overrides the scenario's dataset.dir)")
+		ioConc := fs.Int("io-concurrency", 0, "override run.io_concurrency: object-store requests in flight for a remote dataset")
 		fs.StringVar(&o.BoxesOut, "boxes-out", "", "write the boxes read to this JSON file (for the peers)")
 		fs.BoolVar(&o.Ceilings, "ceilings", true, "measure the ceilings after the run")
 		engine := fs.String("engine", "", "override run.engine: auto, host, cuda or cuda:N")
@@ -110,6 +125,12 @@ Examples:
 					return usagef("--engine %v", err)
 				}
 				sc.Run.Engine = *engine
+			}
+			if *ioConc != 0 {
+				if *ioConc < 1 || *ioConc > 4096 {
+					return usagef("--io-concurrency %d: must be in 1..4096", *ioConc)
+				}
+				sc.Run.IOConcurrency = *ioConc
 			}
 			rep, err := bench.Run(ctx, e.bench(), sc, o)
 			if err != nil {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/bench"
 	"github.com/damacy-go/damacy/zarr/remote"
@@ -34,15 +33,21 @@ printed.
 
 DIR may also be an s3:// URI (credentials and endpoint as for reading:
 see 'damacy help read'): the dataset is written to a temporary local
-directory, then uploaded, one PUT per file; the local copy is removed.
+directory, then uploaded, one PUT per file (16 at once), its
+damacy-dataset.json last; the local copy is removed. --local DIR writes
+it in DIR instead (or takes it from there when DIR already holds it) and
+keeps it, so that 'damacy bench' can read both copies. A URI whose
+damacy-dataset.json is already this dataset's is left as it is.
 
 Examples:
   damacy gen smoke /data/smoke
   damacy gen smoke s3://bucket/datasets/smoke
+  damacy gen --local /data/smoke smoke s3://bucket/datasets/smoke
   damacy gen --arrays 2 --shape 256,512,512 --codec blosc-lz4 throughput /data/t`,
 	setup: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		o := new(datasetFlags)
 		o.register(fs)
+		local := fs.String("local", "", "with an s3:// destination: generate the dataset in this directory (or take it from there) and keep it")
 		return func(ctx context.Context, e *env, args []string) error {
 			if len(args) != 2 {
 				return usagef("want a scenario and a directory, got %d arguments", len(args))
@@ -55,7 +60,10 @@ Examples:
 				return err
 			}
 			if remote.IsURI(args[1]) {
-				return genRemote(ctx, e, &sc.Dataset, args[1])
+				return genRemote(ctx, e, &sc.Dataset, args[1], *local)
+			}
+			if *local != "" {
+				return usagef("--local is for an s3:// destination; %s is a directory", args[1])
 			}
 			return bench.EnsureDataset(ctx, e.bench(), &sc.Dataset, args[1])
 		}
@@ -178,29 +186,20 @@ func (f *shardFlag) Set(s string) error {
 	return f.shape.Set(s)
 }
 
-// genRemote writes the dataset into a temporary directory and uploads it
-// to the s3:// URI dst.
-func genRemote(ctx context.Context, e *env, d *bench.DatasetSpec, dst string) error {
+// genRemote uploads the dataset to the s3:// URI dst from the local
+// directory local, where it is generated unless already there; an empty
+// local means a temporary directory, removed afterwards.
+func genRemote(ctx context.Context, e *env, d *bench.DatasetSpec, dst, local string) error {
 	if !strings.HasPrefix(strings.ToLower(dst), "s3://") {
 		return usagef("gen writes to a local directory or an s3:// URI, not %s", dst)
 	}
-	tmp, err := os.MkdirTemp("", "damacy-gen-")
-	if err != nil {
-		return err
+	if local == "" {
+		tmp, err := os.MkdirTemp("", "damacy-gen-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		local = tmp
 	}
-	defer os.RemoveAll(tmp)
-	if err := bench.EnsureDataset(ctx, e.bench(), d, tmp); err != nil {
-		return err
-	}
-	o, err := remote.NewOpener(remote.Options{})
-	if err != nil {
-		return err
-	}
-	defer o.Close()
-	t := time.Now()
-	if err := o.Upload(ctx, tmp, dst); err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stderr, "damacy: uploaded to %s in %.1f s\n", dst, time.Since(t).Seconds())
-	return nil
+	return bench.UploadDataset(ctx, e.bench(), d, local, dst)
 }

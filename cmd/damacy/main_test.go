@@ -54,6 +54,8 @@ var usageTests = []usageTest{
 	{[]string{"bench"}, "want one scenario, got 0"},
 	{[]string{"bench", "--nosuch", "smoke"}, "flag provided but not defined: -nosuch"},
 	{[]string{"bench", "--engine", "tpu", "smoke"}, `--engine "tpu"`},
+	{[]string{"bench", "--io-concurrency", "-1", "smoke"}, "--io-concurrency -1: must be in 1..4096"},
+	{[]string{"gen", "--local", "x", "smoke", "d"}, "--local is for an s3:// destination; d is a directory"},
 	{[]string{"demo", "extra"}, "usage: damacy demo"},
 	{[]string{"demo", "--engine", "x"}, `--engine "x"`},
 }

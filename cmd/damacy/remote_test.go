@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,6 +34,31 @@ func TestRemoteURIs(t *testing.T) {
 		var r inspectResult
 		if err := json.Unmarshal([]byte(out), &r); err != nil || r.NGFF == nil || r.NGFF.Storage.Objects == 0 {
 			t.Errorf("inspect of a generated image on s3://: %v\n%s", err, out)
+		}
+		// gen --local keeps the local copy; bench reads the uploaded one,
+		// and refuses a copy of another dataset.
+		local := filepath.Join(t.TempDir(), "smoke")
+		_, errs := mustRun(t, "gen", "--local", local, "smoke", "s3://cli/smoke")
+		if !strings.Contains(errs, "wrote 1 image to "+local) || !strings.Contains(errs, "uploaded") {
+			t.Errorf("gen --local: %s", errs)
+		}
+		if _, err := os.Stat(filepath.Join(local, "damacy-dataset.json")); err != nil {
+			t.Errorf("gen --local did not keep the dataset: %v", err)
+		}
+		out, _ = mustRun(t, "bench", "--json", "--engine", "host", "--ceilings=false", "--io-concurrency", "8", "--data", "s3://cli/smoke", "smoke")
+		var rep struct {
+			DatasetDir string `json:"dataset_dir"`
+			Data       struct {
+				Scheme      string `json:"scheme"`
+				Concurrency int    `json:"concurrency"`
+			} `json:"data_source"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.DatasetDir != "s3://cli/smoke" || rep.Data.Scheme != "s3" || rep.Data.Concurrency != 8 {
+			t.Errorf("bench over s3://: %v %+v", err, rep)
+		}
+		code, _, errs := runCmd(t, "bench", "--engine", "host", "--data", "s3://cli/gen", "smoke")
+		if code != exitError || !strings.Contains(errs, "holds a different dataset") {
+			t.Errorf("bench over another dataset: exit %d, %s", code, errs)
 		}
 	} else {
 		t.Log("s3:// not tried: no MinIO binary (make minio)")

@@ -34,6 +34,10 @@ func newHTTPBackend(client *http.Client, base *url.URL, name string, tokens oaut
 
 func (b *httpBackend) uri(key string) string { return b.name + "/" + key }
 
+func (b *httpBackend) endpoint() string {
+	return (&url.URL{Scheme: b.base.Scheme, Host: b.base.Host}).String()
+}
+
 // objectURL returns the URL of key: the base's path, then the key with
 // each segment escaped.
 func (b *httpBackend) objectURL(key string) string {

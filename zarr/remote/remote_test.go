@@ -239,6 +239,19 @@ func TestOpenURIs(t *testing.T) {
 			t.Errorf("Open(%q) = %T, %q, %v; want path %q", tt.uri, st, path, err, tt.path)
 		}
 	}
+	// A store names its server, without credentials or query.
+	for uri, want := range map[string]string{
+		"https://user:pw@example.invalid:8443/x.zarr?sig=abc": "https://example.invalid:8443",
+		"http://127.0.0.1:1/a":                                "http://127.0.0.1:1",
+	} {
+		st, _, err := o.Open(ctx, uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.(*remote.Store).Endpoint(); got != want {
+			t.Errorf("Endpoint of %s = %q, want %q", uri, got, want)
+		}
+	}
 	if _, _, err := o.Open(ctx, filepath.Join(dir, "missing")); !errors.Is(err, zarr.ErrNotFound) {
 		t.Errorf("a missing directory: %v, want zarr.ErrNotFound", err)
 	}

@@ -23,6 +23,7 @@ import (
 type s3Clients struct {
 	client   *s3.Client
 	unsigned string
+	endpoint string // the custom endpoint, else AWS's for the region
 }
 
 // s3Backend reads objects of one bucket through the AWS SDK's S3 client
@@ -106,6 +107,10 @@ func (o *Opener) s3Setup(ctx context.Context) (*s3Clients, error) {
 		cfg.Credentials = aws.AnonymousCredentials{}
 	}
 	endpoint := o.s3Endpoint()
+	c.endpoint = endpoint
+	if endpoint == "" {
+		c.endpoint = "https://s3." + cfg.Region + ".amazonaws.com"
+	}
 	c.client = s3.NewFromConfig(cfg, func(so *s3.Options) {
 		if endpoint != "" {
 			so.BaseEndpoint = aws.String(endpoint)
@@ -120,6 +125,8 @@ func (o *Opener) s3Setup(ctx context.Context) (*s3Clients, error) {
 }
 
 func (b *s3Backend) uri(key string) string { return "s3://" + b.bucket + "/" + key }
+
+func (b *s3Backend) endpoint() string { return b.c.endpoint }
 
 func (b *s3Backend) do(ctx context.Context, method, key, rng string) (*response, error) {
 	if method == http.MethodHead {

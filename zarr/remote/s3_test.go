@@ -42,6 +42,9 @@ func TestS3MinIO(t *testing.T) {
 		if path != "p" {
 			t.Fatalf("path %q", path)
 		}
+		if e := st.Endpoint(); e != m.Endpoint {
+			t.Errorf("Endpoint() = %q, want %q", e, m.Endpoint)
+		}
 		checkReads(t, st, "p/", data)
 		if s := o.Stats(); s.Retries != 0 {
 			t.Errorf("%d retries against a healthy server", s.Retries)

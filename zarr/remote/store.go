@@ -30,6 +30,8 @@ type backend interface {
 	do(ctx context.Context, method, key, rng string) (*response, error)
 	// uri returns the URI of the object key, for messages.
 	uri(key string) string
+	// endpoint returns the server the requests go to.
+	endpoint() string
 }
 
 // response is what a backend got back.
@@ -111,6 +113,11 @@ type Store struct {
 
 // URI returns the URI of the object key.
 func (s *Store) URI(key string) string { return s.be.uri(key) }
+
+// Endpoint returns the server the store's requests go to, as a URL
+// without credentials or query: the S3 endpoint (a custom one, else AWS's
+// regional one), the GCS XML API's, or the web server's.
+func (s *Store) Endpoint() string { return s.be.endpoint() }
 
 // Range is one destination of ReadRanges: len(Buf) bytes of the object
 // from byte Off.

@@ -20,21 +20,32 @@ import (
 const uploadWorkers = 16
 
 // Upload copies the regular files below the local directory dir to the
-// s3:// URI dst, one PUT per file, each file's key being dst's path joined
-// with the file's path relative to dir; existing objects are replaced.
-// Failed PUTs are retried as reads are. Only s3:// can be written.
-func (o *Opener) Upload(ctx context.Context, dir, dst string) error {
+// s3:// URI dst, one PUT per file, up to 16 at once, each file's key being
+// dst's path joined with the file's path relative to dir; existing objects
+// are replaced. The files named by last (paths relative to dir) are sent
+// after every other file has been, so that their presence tells that the
+// rest is complete. Failed PUTs are retried as reads are. Only s3:// can
+// be written.
+func (o *Opener) Upload(ctx context.Context, dir, dst string, last ...string) error {
 	u, err := url.Parse(dst)
 	if err != nil || !strings.EqualFold(u.Scheme, "s3") || u.Host == "" {
 		return fmt.Errorf("remote: upload to %s: only s3://bucket/path can be written", dst)
 	}
-	var files []string
+	late := map[string]bool{}
+	for _, l := range last {
+		late[filepath.Join(dir, l)] = true
+	}
+	var files, after []string
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.Type().IsRegular() {
-			files = append(files, p)
+			if late[p] {
+				after = append(after, p)
+			} else {
+				files = append(files, p)
+			}
 		}
 		return nil
 	})
@@ -49,6 +60,15 @@ func (o *Opener) Upload(ctx context.Context, dir, dst string) error {
 	}
 	b := be.(*s3Backend)
 	prefix := strings.Trim(u.Path, "/")
+	if err := o.putAll(ctx, b, dir, prefix, files); err != nil {
+		return err
+	}
+	return o.putAll(ctx, b, dir, prefix, after)
+}
+
+// putAll sends files (below dir) to the keys below prefix, up to
+// uploadWorkers at once; the first failure stops the rest.
+func (o *Opener) putAll(ctx context.Context, b *s3Backend, dir, prefix string, files []string) error {
 	jobs := make(chan string)
 	errs := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)

@@ -3,7 +3,17 @@
 
     damacy bench --boxes-out boxes.json throughput
     python cmd/damacy/peers/tensorstore_peer.py boxes.json [--threads N]
-        [--device auto|cuda|cpu] [--json]
+        [--device auto|cuda|cpu] [--data DIR|URI] [--requests N] [--json]
+
+The dataset is the boxes file's dataset_dir (a run on --data s3://...
+records that URI there), or --data: a local directory, s3://bucket/path
+(tensorstore's s3 kvstore: the endpoint from --s3-endpoint or, as damacy
+reads it, DAMACY_S3_ENDPOINT, AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL;
+the region from AWS_REGION, else us-east-1; credentials from the
+environment's AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, else the AWS
+default chain, or none with DAMACY_S3_ANONYMOUS=1), gs://bucket/path or
+http(s)://host/path. --requests bounds the object-store requests in
+flight (default 64, as damacy's io_concurrency).
 
 For each batch, every box is read at once with tensorstore (its thread pool
 sized to --threads, all cores by default; no cache), cast to float32 into a
@@ -37,11 +47,48 @@ def to_bf16_bits(f32):
     return r
 
 
+def first_env(*names):
+    for n in names:
+        if os.environ.get(n):
+            return os.environ[n]
+    return ""
+
+
+def kvstore(base, rel, s3_endpoint):
+    """The tensorstore kvstore spec of directory rel below base (a local
+    directory or an s3://, gs://, http(s):// URI)."""
+    base = base.rstrip("/")
+    scheme, sep, rest = base.partition("://")
+    if not sep or scheme == "file":
+        return {"driver": "file", "path": os.path.join(rest if sep else base, rel)}
+    if scheme in ("http", "https"):
+        return {"driver": "http", "base_url": base, "path": rel}
+    bucket, _, prefix = rest.partition("/")
+    path = "/".join(p for p in (prefix, rel) if p) + "/"
+    if scheme == "gs":
+        return {"driver": "gcs", "bucket": bucket, "path": path}
+    if scheme != "s3":
+        sys.exit("tensorstore_peer: %s: want a directory or an s3://, gs://, http:// or https:// URI" % base)
+    region = os.environ.get("AWS_REGION") or "us-east-1"
+    spec = {"driver": "s3", "bucket": bucket, "path": path, "aws_region": region}
+    endpoint = s3_endpoint or first_env("DAMACY_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+    if endpoint:
+        spec["endpoint"] = endpoint
+    if os.environ.get("DAMACY_S3_ANONYMOUS", "").lower() in ("1", "true", "yes"):
+        spec["aws_credentials"] = {"type": "anonymous"}
+    elif os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+        spec["aws_credentials"] = {"type": "environment"}
+    return spec
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("boxes", help="the JSON file `damacy bench --boxes-out` wrote")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="tensorstore IO and copy concurrency")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    ap.add_argument("--data", help="the dataset: a directory or URI (default: the boxes file's dataset_dir)")
+    ap.add_argument("--requests", type=int, default=64, help="object-store requests in flight")
+    ap.add_argument("--s3-endpoint", help="the S3 endpoint (default: the environment's, as damacy's)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     args = ap.parse_args()
 
@@ -64,15 +111,16 @@ def main():
         {
             "data_copy_concurrency": {"limit": args.threads},
             "file_io_concurrency": {"limit": args.threads},
+            "s3_request_concurrency": {"limit": args.requests},
+            "gcs_request_concurrency": {"limit": args.requests},
+            "http_request_concurrency": {"limit": args.requests},
             "cache_pool": {"total_bytes_limit": 0},
         }
     )
+    data = args.data or spec["dataset_dir"]
     arrays = [
         ts.open(
-            {
-                "driver": "zarr3",
-                "kvstore": {"driver": "file", "path": os.path.join(spec["dataset_dir"], a, str(spec["level"]))},
-            },
+            {"driver": "zarr3", "kvstore": kvstore(data, "%s/%d" % (a, spec["level"]), args.s3_endpoint)},
             context=ctx,
             read=True,
         ).result()
@@ -123,7 +171,9 @@ def main():
         "peer": "tensorstore",
         "tensorstore_version": version("tensorstore"),
         "scenario": spec["scenario"],
+        "data": data,
         "threads": args.threads,
+        "requests": args.requests,
         "device": "cuda:%d" % torch.cuda.current_device() if torch is not None else "cpu",
         "gpu": torch.cuda.get_device_name() if torch is not None else "",
         "dtype": spec["dtype"],
@@ -137,9 +187,10 @@ def main():
         print(json.dumps(report))
     else:
         print(
-            "tensorstore %s, %d threads, %s: %.3f GB/s of %s output, %.1f samples/s, %.3f GB/s of source bytes (wall %.3f s)"
+            "tensorstore %s on %s, %d threads, %s: %.3f GB/s of %s output, %.1f samples/s, %.3f GB/s of source bytes (wall %.3f s)"
             % (
                 report["tensorstore_version"],
+                data,
                 args.threads,
                 report["device"],
                 report["output_gbps"],

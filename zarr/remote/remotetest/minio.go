@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -139,6 +140,7 @@ type MinIO struct {
 
 	client *s3.Client
 	opener *remote.Opener
+	pid    int
 }
 
 // StartMinIO starts a MinIO server for the test and stops it at the end;
@@ -201,6 +203,7 @@ func (m *MinIO) start(t testing.TB, bin string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("remotetest: starting MinIO: %w", err)
 	}
+	m.pid = cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	stop := func() {
@@ -261,6 +264,33 @@ func (m *MinIO) start(t testing.TB, bin string) error {
 	}
 	t.Cleanup(stop)
 	return nil
+}
+
+// CPUTime returns the CPU time (user and system) the server has used so
+// far, from /proc (Linux only), for benchmarks to tell the server's share
+// of a transfer's cost from the client's.
+func (m *MinIO) CPUTime() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name (which may hold spaces) in parentheses:
+	// utime and stime are the 12th and 13th, in clock ticks of 1/100 s
+	// (USER_HZ on every Linux architecture Go supports).
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("remotetest: unexpected /proc/%d/stat", m.pid)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
 // Options returns Opener options that reach the server with its root

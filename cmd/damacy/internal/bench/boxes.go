@@ -14,7 +14,7 @@ import (
 // peers (cmd/damacy/peers) to read the same boxes.
 type boxSet struct {
 	Scenario    string      `json:"scenario"`
-	DatasetDir  string      `json:"dataset_dir"` // absolute
+	DatasetDir  string      `json:"dataset_dir"` // absolute path, or the remote dataset's URI
 	Arrays      []string    `json:"arrays"`      // image group paths, relative to dataset_dir
 	Level       int         `json:"level"`       // the multiscale level read (its array is <image>/<level>)
 	DataTypes   []string    `json:"data_types"`  // per array
@@ -26,6 +26,7 @@ type boxSet struct {
 	Samples     []boxSample `json:"samples"` // (warmup + batches) * batch_size, warmup first
 
 	elemSize map[string]int64 // per array URI, its element size (boxBytes)
+	remote   *remoteData      // the dataset when it is not a local directory
 }
 
 // boxSample is one sample: an index into Arrays and a half-open box.
@@ -64,17 +65,23 @@ func drawBox(r *rand.Rand, sc *Scenario) boxSample {
 	return s
 }
 
-// newBoxSet describes the scenario's boxes over the dataset in dir.
-func newBoxSet(sc *Scenario, dir string, samples []boxSample) (*boxSet, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, err
+// newBoxSet describes the scenario's boxes over the dataset in dir, or
+// over the remote dataset rd when it is not nil.
+func newBoxSet(sc *Scenario, dir string, rd *remoteData, samples []boxSample) (*boxSet, error) {
+	abs := ""
+	if rd != nil {
+		abs = rd.uri
+	} else {
+		var err error
+		if abs, err = filepath.Abs(dir); err != nil {
+			return nil, err
+		}
 	}
 	dt, _ := pipeline.ParseDtype(sc.Run.Dtype)
 	bs := &boxSet{
 		Scenario: sc.Name, DatasetDir: abs, SampleShape: sc.Run.SampleShape,
 		BatchSize: sc.Run.BatchSize, Warmup: sc.Run.Warmup, Batches: sc.Run.Batches,
-		Dtype: dt.String(), Samples: samples,
+		Dtype: dt.String(), Samples: samples, remote: rd,
 	}
 	for i := range sc.Dataset.Arrays {
 		bs.Arrays = append(bs.Arrays, ArrayName(i))
@@ -93,7 +100,26 @@ func (bs *boxSet) write(path string) error {
 
 // uri is the pipeline URI of sample s: its image group.
 func (bs *boxSet) uri(s boxSample) string {
+	if bs.remote != nil {
+		return bs.remote.join(bs.Arrays[s.Array])
+	}
 	return filepath.Join(bs.DatasetDir, bs.Arrays[s.Array])
+}
+
+// level opens the array read of image i, through the bench's own store
+// when the dataset is remote.
+func (bs *boxSet) level(i int) (*zarr.Array, error) {
+	var m *zarr.Multiscale
+	var err error
+	if bs.remote != nil {
+		m, err = zarr.OpenNGFFStore(bs.remote.store, bs.remote.key(bs.Arrays[i]))
+	} else {
+		m, err = zarr.OpenNGFF(filepath.Join(bs.DatasetDir, bs.Arrays[i]))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m.Level(bs.Level)
 }
 
 // sample converts s to a pipeline sample.

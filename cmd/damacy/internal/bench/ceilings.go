@@ -58,32 +58,24 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 	var cs []Ceiling
 	var errs []error
 
-	// pread replay.
-	if o.DropCache {
-		if err := dropDatasetCache(bs.DatasetDir); err != nil {
+	// pread replay, or the GET replay of a remote dataset.
+	var rg *rig
+	var c Ceiling
+	if rd := bs.remote; rd != nil {
+		if rg, err = newRig(ioConcurrency(sc), rd.store); err != nil {
 			return nil, err
 		}
+		defer rg.close()
+		c, err = getReplay(ctx, rd, rg, rp, st, tr)
+	} else {
+		if rg, err = newRig(ioThreads(sc), nil); err != nil {
+			return nil, err
+		}
+		defer rg.close()
+		c, err = preadReplay(ctx, bs, rg, rp, st, o, tr)
 	}
-	rg, err := newRig(ioThreads(sc))
 	if err != nil {
 		return nil, err
-	}
-	defer rg.close()
-	ranges := replayRanges(rp)
-	buf, offs := replayStage(ranges)
-	t = time.Now()
-	n, err := rg.preadAll(ctx, ranges, buf, offs)
-	el := time.Since(t)
-	tr.span(traceRowPhases, "ceiling", "pread replay", t, t.Add(el), map[string]any{"ranges": len(ranges), "bytes": n})
-	if err != nil {
-		return nil, err
-	}
-	c := Ceiling{Name: "pread replay", Of: "read", Detail: fmt.Sprintf("%d threads, %d ranges, %s per range", rg.io.Size(), len(ranges), base.FormatBytes(n/int64(max(len(ranges), 1)))), Bytes: n, Time: el, Limits: true}
-	c.GBps = float64(n) / el.Seconds() / 1e9
-	if n > 0 {
-		// The run needs BytesRead per OutputBytes; the replay reads only
-		// the chunks, so scale by what the run actually read.
-		c.OutputGBps = c.GBps * out / float64(max(st.BytesRead, n))
 	}
 	cs = append(cs, c)
 
@@ -148,6 +140,33 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 		cs = append(cs, gcs...)
 	}
 	return cs, errors.Join(errs...)
+}
+
+// preadReplay reads the chunk byte ranges of the measured batches on the
+// rig's IO pool (see damacy help bench).
+func preadReplay(ctx context.Context, bs *boxSet, rg *rig, rp *replanned, st pipeline.Stats, o Options, tr *tracer) (Ceiling, error) {
+	if o.DropCache {
+		if err := dropDatasetCache(bs.DatasetDir); err != nil {
+			return Ceiling{}, err
+		}
+	}
+	ranges := replayRanges(rp)
+	buf, offs := replayStage(ranges)
+	t := time.Now()
+	n, err := rg.preadAll(ctx, ranges, buf, offs)
+	el := time.Since(t)
+	tr.span(traceRowPhases, "ceiling", "pread replay", t, t.Add(el), map[string]any{"ranges": len(ranges), "bytes": n})
+	if err != nil {
+		return Ceiling{}, err
+	}
+	c := Ceiling{Name: "pread replay", Of: "read", Detail: fmt.Sprintf("%d threads, %d ranges, %s per range", rg.io.Size(), len(ranges), base.FormatBytes(n/int64(max(len(ranges), 1)))), Bytes: n, Time: el, Limits: true}
+	c.GBps = float64(n) / el.Seconds() / 1e9
+	if n > 0 {
+		// The run needs BytesRead per OutputBytes; the replay reads only
+		// the chunks, so scale by what the run actually read.
+		c.OutputGBps = c.GBps * float64(st.OutputBytes) / float64(max(st.BytesRead, n))
+	}
+	return c, nil
 }
 
 // decodeSample is the stored chunks of the first measured batches, up to
@@ -296,7 +315,7 @@ func prepareAssemble(ctx context.Context, rg *rig, rp *replanned, bs *boxSet) (*
 	refs := make([]chunkRef, jobs)
 	for i := range refs {
 		refs[i].chunk = zb.Jobs[i].Chunk
-		if refs[i].file, err = rp.dirs[zb.Jobs[i].Array].Path(zb.Jobs[i].Chunk.Key); err != nil {
+		if refs[i].file, err = file(rp.arrays[zb.Jobs[i].Array], zb.Jobs[i].Chunk.Key); err != nil {
 			return nil, err
 		}
 	}

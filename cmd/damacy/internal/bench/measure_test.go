@@ -41,7 +41,7 @@ func TestSequence(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc.Run.Epochs = 3
-	bs, err := newBoxSet(sc, t.TempDir(), drawBoxes(sc))
+	bs, err := newBoxSet(sc, t.TempDir(), nil, drawBoxes(sc))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,14 +14,18 @@ import (
 	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/pipeline/work"
 	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // rig is the pipeline's own machinery the ceilings run on: its open-file
-// cache, a work pool of the run's IO threads, and a work pool of one CPU
-// worker per core (the pipeline's default ComputeThreads) whose tasks
-// take a decoder each, as the pipeline's CPU workers do.
+// cache (or, for a remote dataset, the bench's store), a work pool of the
+// run's IO threads (or of its object-store requests in flight), and a
+// work pool of one CPU worker per core (the pipeline's default
+// ComputeThreads) whose tasks take a decoder each, as the pipeline's CPU
+// workers do.
 type rig struct {
 	files *cache.Files
+	obj   *remote.Store // not nil: chunk "files" are this store's keys
 	io    *work.Pool
 	cpu   *work.Pool
 	decs  chan *decoder
@@ -34,9 +37,9 @@ type decoder struct {
 	dst []byte
 }
 
-func newRig(ioThreads int) (*rig, error) {
+func newRig(ioThreads int, obj *remote.Store) (*rig, error) {
 	n := runtime.GOMAXPROCS(0)
-	r := &rig{files: cache.NewFiles(cache.OpenFileLimit()), io: work.NewPool(ioThreads), cpu: work.NewPool(n), decs: make(chan *decoder, n)}
+	r := &rig{files: cache.NewFiles(cache.OpenFileLimit()), obj: obj, io: work.NewPool(ioThreads), cpu: work.NewPool(n), decs: make(chan *decoder, n)}
 	for range n {
 		d, err := zarr.NewDecoder(zarr.DecoderOptions{})
 		if err != nil {
@@ -67,9 +70,18 @@ func (r *rig) decode(ctx context.Context, n int, f func(d *decoder, i int) error
 	}, nil)
 }
 
+// readAt reads len(p) bytes of the file (the object key, for a remote
+// dataset) at off.
+func (r *rig) readAt(file string, p []byte, off int64) (int, error) {
+	if r.obj != nil {
+		return r.obj.ReadAt(file, p, off)
+	}
+	return r.files.ReadAt(file, p, off)
+}
+
 // chunkRef is one stored chunk a measured batch needs.
 type chunkRef struct {
-	file  string
+	file  string // its file, or its object's key in a remote dataset's store
 	chunk zarr.Chunk
 }
 
@@ -81,30 +93,33 @@ type replanned struct {
 	batches [][]chunkRef     // per batch, each chunk once, sorted by (file, offset)
 	first   *plan.Batch[int] // the first measured batch; a job's Array indexes arrays
 	arrays  []*zarr.Array
-	dirs    []*zarr.DirStore // the arrays' stores
+}
+
+// file returns the file of an array's key: its path in a directory store,
+// or the key itself in a remote store.
+func file(a *zarr.Array, key string) (string, error) {
+	switch st := a.Store().(type) {
+	case *zarr.DirStore:
+		return st.Path(key)
+	case *remote.Store:
+		return key, nil
+	}
+	return "", fmt.Errorf("%s: neither a directory nor an object store", a.Path())
 }
 
 // replan plans the measured samples again: the chunks each batch reads.
 func replan(ctx context.Context, bs *boxSet) (*replanned, error) {
-	rp := &replanned{arrays: make([]*zarr.Array, len(bs.Arrays)), dirs: make([]*zarr.DirStore, len(bs.Arrays))}
+	rp := &replanned{arrays: make([]*zarr.Array, len(bs.Arrays))}
 	locs := make([]*cache.Locator, len(bs.Arrays))
 	sizes := cache.NewLRU[string, int64](pipeline.DefaultShardIndexCache, nil)
 	indexes := cache.NewLRU[string, *zarr.ShardIndex](pipeline.DefaultShardIndexCache, nil)
 	for i := range bs.Arrays {
-		m, err := zarr.OpenNGFF(filepath.Join(bs.DatasetDir, bs.Arrays[i]))
+		a, err := bs.level(i)
 		if err != nil {
 			return nil, err
 		}
-		a, err := m.Level(bs.Level)
-		if err != nil {
-			return nil, err
-		}
-		ds, ok := a.Store().(*zarr.DirStore)
-		if !ok {
-			return nil, fmt.Errorf("%s: not a directory store", bs.Arrays[i])
-		}
-		rp.arrays[i], rp.dirs[i] = a, ds
-		locs[i] = &cache.Locator{Store: ds, ID: bs.Arrays[i], Sizes: sizes, Indexes: indexes}
+		rp.arrays[i] = a
+		locs[i] = &cache.Locator{Store: a.Store(), ID: bs.Arrays[i], Sizes: sizes, Indexes: indexes}
 	}
 	measured := bs.Samples[bs.Warmup*bs.BatchSize:]
 	for b := range bs.Batches {
@@ -128,11 +143,11 @@ func replan(ctx context.Context, bs *boxSet) (*replanned, error) {
 		}
 		refs := make([]chunkRef, len(zb.Jobs))
 		for i, j := range zb.Jobs {
-			file, err := rp.dirs[j.Array].Path(j.Chunk.Key)
+			f, err := file(rp.arrays[j.Array], j.Chunk.Key)
 			if err != nil {
 				return nil, err
 			}
-			refs[i] = chunkRef{file: file, chunk: j.Chunk}
+			refs[i] = chunkRef{file: f, chunk: j.Chunk}
 		}
 		slices.SortFunc(refs, func(x, y chunkRef) int {
 			return cmp.Or(strings.Compare(x.file, y.file), cmp.Compare(x.chunk.Offset, y.chunk.Offset))
@@ -226,7 +241,7 @@ func (r *rig) loadChunks(ctx context.Context, refs []chunkRef) ([]byte, []int64,
 	buf := make([]byte, n)
 	err := r.io.Run(ctx, len(refs), func(i int) error {
 		c := &refs[i]
-		_, err := r.files.ReadAt(c.file, buf[offs[i]:offs[i]+c.chunk.Length], c.chunk.Offset)
+		_, err := r.readAt(c.file, buf[offs[i]:offs[i]+c.chunk.Length], c.chunk.Offset)
 		return err
 	}, nil)
 	return buf, offs, err

@@ -36,6 +36,13 @@ type Report struct {
 	Epochs   *EpochsReport `json:"epochs,omitempty"` // run.epochs > 1
 	Soak     *SoakReport   `json:"soak,omitempty"`   // --duration
 
+	// Data says where a remote dataset (DatasetDir is then its URI) was
+	// read from; nil for a local one.
+	Data *DataSource `json:"data_source,omitempty"`
+	// CPU is the CPU time (user and system) of this process over the
+	// measured batches: over Wall, the cores the run kept busy.
+	CPU time.Duration `json:"cpu_ns,omitempty"`
+
 	Startup      time.Duration `json:"startup_ns"`    // from the call to pipeline.New until the first Pop returned
 	Wall         time.Duration `json:"wall_ns"`       // the measured batches
 	OutputGBps   float64       `json:"output_gbps"`   // output bytes / wall
@@ -96,6 +103,7 @@ func newBenchStats(st pipeline.Stats) Stats {
 			"read_ops": st.ReadOps, "bytes_read": st.BytesRead, "box_bytes": st.BoxBytes,
 			"output_bytes": st.OutputBytes, "chunk_cache_bytes": st.ChunkCacheBytes,
 			"chunk_cache_hits": st.ChunkCacheHits, "chunk_cache_misses": st.ChunkCacheMisses, "chunk_cache_evictions": st.ChunkCacheEvictions,
+			"remote_requests": st.RemoteRequests, "remote_retries": st.RemoteRetries,
 		},
 	}
 }
@@ -115,6 +123,9 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.ColdCache {
 		cache = "page cache dropped before the run"
 	}
+	if d := r.Data; d != nil {
+		cache = fmt.Sprintf("%s at %s, %d requests in flight at most", d.Scheme, d.Endpoint, d.Concurrency)
+	}
 	p("dataset      %s (%s)\n", r.DatasetDir, cache)
 	p("engine       %s on %s, decoder %s\n", r.Engine, r.Device, r.Decoder)
 	length := fmt.Sprintf("%d batches", r.Batches)
@@ -125,7 +136,11 @@ func (r *Report) WriteText(w io.Writer) {
 		length, r.BatchSize, base.Shape(r.SampleShape), r.Dtype, r.Warmup, r.HoldMS)
 	p("startup      %s from the call to pipeline.New to the first batch popped\n", r.Startup.Round(time.Millisecond))
 	p("\n")
-	p("throughput   %.3f GB/s of %s output, %.1f samples/s, wall %s\n", r.OutputGBps, r.Dtype, r.SamplesPerS, r.Wall.Round(time.Millisecond))
+	p("throughput   %.3f GB/s of %s output, %.1f samples/s, wall %s", r.OutputGBps, r.Dtype, r.SamplesPerS, r.Wall.Round(time.Millisecond))
+	if r.CPU > 0 {
+		p(", CPU %s (%.1f cores)", r.CPU.Round(time.Millisecond), r.CPU.Seconds()/r.Wall.Seconds())
+	}
+	p("\n")
 	p("source       %.3f GB/s of box bytes in the source dtype\n", r.SourceGBps)
 	p("read         %.3f GB/s (wire), read amplification %.2f\n", r.WireGBps, r.ReadAmp)
 	p("\n")
@@ -139,7 +154,11 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	c := r.Stats.Counters
 	p("\n")
-	p("reads        %d ops, %s (%s per op)\n", c["read_ops"], base.FormatBytes(c["bytes_read"]), base.FormatBytes(c["bytes_read"]/max(c["read_ops"], 1)))
+	p("reads        %d ops, %s (%s per op)", c["read_ops"], base.FormatBytes(c["bytes_read"]), base.FormatBytes(c["bytes_read"]/max(c["read_ops"], 1)))
+	if r.Data != nil {
+		p("; %d requests, %d retries", c["remote_requests"], c["remote_retries"])
+	}
+	p("\n")
 	p("chunks       %d decoded (%d on the GPU), %d fill, %d deduplicated\n", c["chunks_decoded"], c["chunks_gpu"], c["chunks_fill"], c["chunks_deduped"])
 	p("caches       metadata %d hits, %d misses; shard index %d hits, %d misses\n", c["zarr_meta_hits"], c["zarr_meta_misses"], c["shard_index_hits"], c["shard_index_misses"])
 	if r.ChunkCache > 0 {

@@ -26,7 +26,7 @@ type Env struct {
 type Options struct {
 	DropCache bool   // drop the dataset's files from the page cache before the run and the pread replay
 	Trace     string // write a Chrome trace-event JSON file of the run's spans here
-	Data      string // the dataset's directory, instead of the scenario's dataset.dir
+	Data      string // the dataset's directory or remote URI, instead of the scenario's dataset.dir
 	BoxesOut  string // write the boxes read to this JSON file (for the peers)
 	Ceilings  bool   // measure the ceilings after the run
 	Verify    bool   // check the first batch popped against the reference reader
@@ -53,6 +53,7 @@ func pipelineConfig(sc *Scenario) pipeline.Config {
 		DeviceBufferBytes: int64(r.DeviceBuffer),
 		LookaheadBatches:  r.Lookahead,
 		IOThreads:         r.IOThreads,
+		IOConcurrency:     r.IOConcurrency,
 		MaxGPUMemoryBytes: int64(r.GPUCap),
 		ChunkCacheBytes:   int64(r.ChunkCache),
 		Device:            dev,
@@ -75,18 +76,14 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 	if o.Trace != "" {
 		tr = newTracer()
 	}
-	dir := sc.dataDir(o.Data)
 	t := time.Now()
-	gs, err := ensureDataset(ctx, e, &sc.Dataset, dir, false)
+	bs, gs, err := openDataset(ctx, e, sc, o)
 	if err != nil {
 		return nil, err
 	}
+	defer bs.remote.close()
 	if gs.RawBytes > 0 {
 		tr.span(traceRowPhases, "phase", "generate dataset", t, time.Now(), nil)
-	}
-	bs, err := newBoxSet(sc, dir, drawBoxes(sc))
-	if err != nil {
-		return nil, err
 	}
 	if o.BoxesOut != "" {
 		if err := bs.write(o.BoxesOut); err != nil {
@@ -94,14 +91,14 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 		}
 	}
 	if o.DropCache {
-		if err := dropDatasetCache(dir); err != nil {
+		if err := dropDatasetCache(bs.DatasetDir); err != nil {
 			return nil, err
 		}
 	}
 	rep := &Report{
 		Scenario: sc.Name, Description: sc.Description, Date: time.Now().UTC().Truncate(time.Second),
 		Host:       Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
-		DatasetDir: bs.DatasetDir, Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
+		DatasetDir: bs.DatasetDir, Data: bs.source(), Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
 		Dtype: bs.Dtype, BatchSize: sc.Run.BatchSize, SampleShape: sc.Run.SampleShape,
 		Warmup: sc.Run.Warmup, HoldMS: sc.Run.HoldMS, ChunkCache: int64(sc.Run.ChunkCache), Duration: o.Duration,
 	}
@@ -187,6 +184,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 	prog := startProgress(e, "streaming", "batches", int64(total))
 	defer prog.finish()
 	var start time.Time
+	var cpu time.Duration
 	var m *measure
 	defer func() {
 		if m != nil && m.soak != nil {
@@ -196,7 +194,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 	for i := 0; total == 0 || i < total; i++ {
 		if i == sc.Run.Warmup {
 			p.StatsReset()
-			start = time.Now()
+			start, cpu = time.Now(), processCPU()
 			if i > 0 {
 				tr.span(traceRowPhases, "phase", "warmup", t0, start, nil)
 			}
@@ -238,7 +236,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 		b.Release()
 		prog.add(1)
 	}
-	rep.Wall = time.Since(start)
+	rep.Wall, rep.CPU = time.Since(start), processCPU()-cpu
 	tr.span(traceRowPhases, "phase", "measured batches", start, start.Add(rep.Wall), nil)
 	st := p.Stats()
 	m.finish(rep)

@@ -60,6 +60,9 @@ errors, and every value is checked; a message names the field at fault.
                                      lookahead of 512 samples at 128 per
                                      batch is 4
       "io_threads": 16,              concurrent readers (0: the default)
+      "io_concurrency": 64,          object-store requests in flight when
+                                     the dataset is remote (--data s3://...);
+                                     0: the default, 64
       "gpu_cap": "6GiB",             device memory cap (bytes or a string
                                      with B, KiB, MiB, GiB, KB, MB, GB);
                                      0: none
@@ -125,6 +128,9 @@ type RunSpec struct {
 	Seed         uint64   `json:"seed"`
 	ChunkCache   ByteSize `json:"chunk_cache,omitempty"`
 	Epochs       int      `json:"epochs,omitempty"`
+
+	// IOConcurrency bounds the requests in flight to a remote dataset.
+	IOConcurrency int `json:"io_concurrency,omitempty"`
 }
 
 // NameList is a JSON string or a list of strings; a single name is a list

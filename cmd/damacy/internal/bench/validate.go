@@ -16,6 +16,7 @@ import (
 	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
+	"github.com/damacy-go/damacy/zarr/remote"
 	"github.com/damacy-go/damacy/zarr/writer"
 )
 
@@ -280,6 +281,9 @@ func (r *RunSpec) validate(d *DatasetSpec) error {
 	if r.IOThreads < 0 || r.IOThreads > 1024 {
 		return fieldErr("run.io_threads", "%d: must be in 0..1024", r.IOThreads)
 	}
+	if r.IOConcurrency < 0 || r.IOConcurrency > 4096 {
+		return fieldErr("run.io_concurrency", "%d: must be in 0..4096", r.IOConcurrency)
+	}
 	if r.HostBuffer != 0 && r.HostBuffer < 1<<20 {
 		return fieldErr("run.host_buffer", "%v: must be at least 1 MiB (0: the default)", r.HostBuffer)
 	}
@@ -318,6 +322,8 @@ func (sc *Scenario) dataDir(override string) string {
 	switch {
 	case override != "":
 		return override
+	case remote.IsURI(sc.Dataset.Dir):
+		return sc.Dataset.Dir
 	case sc.Dataset.Dir != "" && filepath.IsAbs(sc.Dataset.Dir):
 		return sc.Dataset.Dir
 	case sc.Dataset.Dir != "":

@@ -3,7 +3,6 @@ package bench
 import (
 	"encoding/binary"
 	"fmt"
-	"path/filepath"
 
 	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/pipeline/plan"
@@ -33,11 +32,8 @@ func verifyBatch(b *pipeline.Batch, bs *boxSet, samples []boxSample) error {
 	for k, s := range samples {
 		a := arrays[s.Array]
 		if a == nil {
-			m, err := zarr.OpenNGFF(filepath.Join(bs.DatasetDir, bs.Arrays[s.Array]))
-			if err != nil {
-				return err
-			}
-			if a, err = m.Level(bs.Level); err != nil {
+			var err error
+			if a, err = bs.level(s.Array); err != nil {
 				return err
 			}
 			arrays[s.Array] = a

@@ -1,0 +1,17 @@
+package plan
+
+// Coalescing of object-store reads (s3://, gs://, http(s)://). The ops of
+// a wave on one object (already merged with the local gap and size caps)
+// are merged further into one ranged GET while the gap between two is at
+// most RemoteGapBytes and the GET spans at most RemoteSpanBytes. A GET
+// costs a round trip (tens of milliseconds on S3), while 256 KiB of gap
+// stream past in a few milliseconds and are discarded, never staged. The
+// span cap keeps a wave's bytes spread over many requests in flight: one
+// S3 stream gives 50-100 MB/s, so throughput comes from concurrency.
+//
+// The pipeline's IO stage and damacy bench's GET replay both merge by
+// these.
+const (
+	RemoteGapBytes  = 256 << 10
+	RemoteSpanBytes = 8 << 20
+)
