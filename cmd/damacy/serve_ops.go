@@ -114,6 +114,7 @@ func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 		"device_buffer_bytes":          &cfg.DeviceBufferBytes,
 		"max_chunk_uncompressed_bytes": &cfg.MaxChunkBytes,
 		"max_gpu_memory_bytes":         &cfg.MaxGPUMemoryBytes,
+		"chunk_cache_bytes":            &cfg.ChunkCacheBytes,
 	}
 	var unknown []string
 	for k := range raw {

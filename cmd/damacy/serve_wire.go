@@ -282,6 +282,13 @@ type statsMsg struct {
 	OutputBytes     int64     `json:"output_bytes"`
 	SlotsInUse      int64     `json:"slots_in_use"`
 	SamplesInFlight int64     `json:"samples_in_flight"`
+
+	ChunkCacheHits      int64 `json:"chunk_cache_hits"`
+	ChunkCacheMisses    int64 `json:"chunk_cache_misses"`
+	ChunkCacheEvictions int64 `json:"chunk_cache_evictions"`
+	ChunkCacheBytes     int64 `json:"chunk_cache_bytes"`
+	RemoteRequests      int64 `json:"remote_requests"`
+	RemoteRetries       int64 `json:"remote_retries"`
 }
 
 func statsOf(s pipeline.Stats) statsMsg {
@@ -298,5 +305,8 @@ func statsOf(s pipeline.Stats) statsMsg {
 		ChunksDecoded: s.ChunksDecoded, ChunksGPU: s.ChunksGPU, ChunksRedecoded: s.ChunksRedecoded,
 		ChunksFill: s.ChunksFill, ChunksDeduped: s.ChunksDeduped, ReadOps: s.ReadOps, BytesRead: s.BytesRead,
 		BoxBytes: s.BoxBytes, OutputBytes: s.OutputBytes, SlotsInUse: s.SlotsInUse, SamplesInFlight: s.SamplesInFlight,
+
+		ChunkCacheHits: s.ChunkCacheHits, ChunkCacheMisses: s.ChunkCacheMisses, ChunkCacheEvictions: s.ChunkCacheEvictions,
+		ChunkCacheBytes: s.ChunkCacheBytes, RemoteRequests: s.RemoteRequests, RemoteRetries: s.RemoteRetries,
 	}
 }

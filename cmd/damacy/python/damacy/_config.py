@@ -93,6 +93,11 @@ class Config:
         batch_slots: Number of batch buffers (extra): how many popped
             batches may be held at once, plus the one being filled
             (0 = the server's default, 2; else >= 2).
+        chunk_cache_bytes: Decoded chunks kept across batches (extra), in GPU
+            memory on the CUDA engine (counted in ``max_gpu_memory_bytes``)
+            or host memory on the host engine, so that later epochs over a
+            dataset that fits skip reading and decoding. 0 = off (the
+            default); else at least 1 MiB.
     """
 
     batch_size: int
@@ -110,6 +115,7 @@ class Config:
     device: Optional[Union[int, str]]
     sample_shape: Tuple[int, ...]
     batch_slots: int
+    chunk_cache_bytes: int
 
     def __init__(
         self,
@@ -129,6 +135,7 @@ class Config:
         device: Optional[Union[int, str]] = None,
         sample_shape: Iterable[int] = (),
         batch_slots: int = 0,
+        chunk_cache_bytes: int = 0,
     ) -> None:
         values = {
             "batch_size": _int("batch_size", batch_size, 1),
@@ -148,6 +155,7 @@ class Config:
             "device": _device(device),
             "sample_shape": _shape(sample_shape),
             "batch_slots": _int("batch_slots", batch_slots, 0),
+            "chunk_cache_bytes": _int("chunk_cache_bytes", chunk_cache_bytes, 0),
         }
         if values["max_bytes_per_element"] not in (0, 1, 2, 4, 8):
             raise ValueError(
@@ -155,5 +163,9 @@ class Config:
             )
         if values["batch_slots"] == 1:
             raise ValueError("batch_slots must be 0 (the default) or >= 2 (got 1)")
+        if 0 < values["chunk_cache_bytes"] < 1 << 20:
+            raise ValueError(
+                f"chunk_cache_bytes must be 0 (off) or >= 1 MiB (got {values['chunk_cache_bytes']})"
+            )
         for name, value in values.items():
             object.__setattr__(self, name, value)

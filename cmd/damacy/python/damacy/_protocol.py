@@ -102,6 +102,7 @@ def hello_config(config: Config) -> Dict[str, Any]:
         "max_bytes_per_element": config.max_bytes_per_element,
         "sample_shape": list(config.sample_shape),
         "batch_slots": config.batch_slots,
+        "chunk_cache_bytes": config.chunk_cache_bytes,
     }
 
 

@@ -88,6 +88,12 @@ class Stats:
     output_bytes: int = 0
     slots_in_use: int = 0  #: gauge
     samples_in_flight: int = 0  #: gauge: samples pushed to the server and not yet popped
+    chunk_cache_hits: int = 0  #: chunks served by the chunk cache (Config.chunk_cache_bytes)
+    chunk_cache_misses: int = 0  #: chunks the cache did not hold
+    chunk_cache_evictions: int = 0
+    chunk_cache_bytes: int = 0  #: gauge: bytes the chunk cache holds
+    remote_requests: int = 0  #: requests to object stores (s3://, gs://, http(s)://)
+    remote_retries: int = 0  #: of which retries
 
     @classmethod
     def from_wire(cls, value: Mapping[str, Any]) -> "Stats":

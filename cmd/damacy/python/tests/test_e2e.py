@@ -180,6 +180,36 @@ def test_every_dtype_and_codec_bf16(serve_binary, stores):
     run_and_compare(stores, "bf16", batch_size=5, n_per_array=2)  # 14 samples: 5, 5, 4
 
 
+def test_chunk_cache_epochs(serve_binary, stores):
+    """Three epochs over the same boxes with chunk_cache_bytes: every batch
+    equals zarr-python's read, and epochs 2 and 3 are served from the cache
+    (hits, and no more bytes read than epoch 1)."""
+    rng = np.random.default_rng(int(time.time() * 1000) % (1 << 32))
+    samples, wanted = [], []
+    for path, _, fill in stores.values():
+        for box in random_boxes(rng, 6):
+            samples.append(damacy.Sample(uri=path, aabb=box))
+            wanted.append(reference(path, box, fill))
+    batch = 4
+    cfg = host_config(batch_size=batch, chunk_cache_bytes=16 << 20, lookahead_batches=len(samples) // batch + 1)
+    with damacy.Pipeline(cfg) as p:
+        read_after = []
+        for epoch in range(3):
+            order = rng.permutation(len(samples)) if epoch else np.arange(len(samples))
+            p.push(samples[i] for i in order)
+            p.flush()
+            at = 0
+            while at < len(order):
+                with p.pop() as b:
+                    n = b.info.shape[0]
+                    assert_batch(b.numpy(), np.stack([wanted[i] for i in order[at : at + n]]), bf16=False)
+                    at += n
+            read_after.append(p.stats().bytes_read)
+        st = p.stats()
+    assert st.chunk_cache_hits > 0 and st.chunk_cache_bytes > 0
+    assert read_after[2] - read_after[1] <= read_after[0], "later epochs read less than the first"
+
+
 def test_ome_ngff_level(serve_binary, tmp_path):
     rng = np.random.default_rng(7)
     group = zarr.open_group(str(tmp_path / "image.zarr"), mode="w")
