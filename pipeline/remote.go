@@ -20,12 +20,6 @@ import (
 // GETs, up to Config.IOConcurrency in flight, straight into the staging
 // slab.
 
-// Coalescing of object-store reads: see plan.RemoteGapBytes.
-const (
-	remoteGapBytes  = plan.RemoteGapBytes
-	remoteSpanBytes = plan.RemoteSpanBytes
-)
-
 // newStores returns the pipeline's opener of sample URIs.
 func newStores(cfg Config) *remote.Opener {
 	o, err := remote.NewOpener(cfg.Remote)
@@ -60,7 +54,8 @@ func hasRemote(reads []readOp) bool {
 }
 
 // groupRemote merges the remote read ops into GETs (in wave order, which
-// is by source, key and offset) and lists the local ones.
+// is by source, key and offset; by plan.JoinsGET) and lists the local
+// ones.
 func groupRemote(reads []readOp, slab []byte) (reqs []remoteReq, local []int) {
 	for i := range reads {
 		r := &reads[i]
@@ -73,8 +68,7 @@ func groupRemote(reads []readOp, slab []byte) (reqs []remoteReq, local []int) {
 			q := &reqs[n-1]
 			last := q.ranges[len(q.ranges)-1]
 			end := last.Off + int64(len(last.Buf))
-			if q.src == r.src && q.key == r.key && r.offset >= end && r.offset-end <= remoteGapBytes &&
-				r.offset+r.length-q.ranges[0].Off <= remoteSpanBytes {
+			if q.src == r.src && q.key == r.key && plan.JoinsGET(q.ranges[0].Off, end, r.offset, r.length) {
 				q.ranges = append(q.ranges, rg)
 				q.bytes = r.offset + r.length - q.ranges[0].Off
 				continue

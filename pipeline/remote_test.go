@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
 	"github.com/damacy-go/damacy/zarr/remote"
@@ -268,7 +269,7 @@ func TestRemoteFaults(t *testing.T) {
 }
 
 // TestRemoteCoalescing: neighbouring chunks of one shard go out as one GET,
-// with gaps up to remoteGapBytes, and as many GETs as needed past the span
+// with gaps up to plan.RemoteGapBytes, and as many GETs as needed past the span
 // cap.
 func TestRemoteCoalescing(t *testing.T) {
 	src := &source{uri: "s3://b/a", obj: &remote.Store{}}
@@ -276,20 +277,20 @@ func TestRemoteCoalescing(t *testing.T) {
 	slab := make([]byte, 64<<20)
 	reads := []readOp{
 		{src: src, key: "k", offset: 0, length: 100, slabOff: 0},
-		{src: src, key: "k", offset: 100 + remoteGapBytes, length: 100, slabOff: 256},           // gap at the cap: merged
-		{src: src, key: "k", offset: 201 + 2*remoteGapBytes, length: 100, slabOff: 512},         // one byte more: a new GET
-		{src: src, key: "k2", offset: 302 + 2*remoteGapBytes, length: 100, slabOff: 768},        // another object
-		{src: other, key: "k2", offset: 0, length: 100, slabOff: 1024},                          // local
-		{src: src, key: "k3", offset: 0, length: remoteSpanBytes - 10, slabOff: 2048},           // big
-		{src: src, key: "k3", offset: remoteSpanBytes - 10, length: 10, slabOff: 2048 + 16<<20}, // fits the span exactly
-		{src: src, key: "k3", offset: remoteSpanBytes, length: 1, slabOff: 3 << 24},             // past it
+		{src: src, key: "k", offset: 100 + plan.RemoteGapBytes, length: 100, slabOff: 256},           // gap at the cap: merged
+		{src: src, key: "k", offset: 201 + 2*plan.RemoteGapBytes, length: 100, slabOff: 512},         // one byte more: a new GET
+		{src: src, key: "k2", offset: 302 + 2*plan.RemoteGapBytes, length: 100, slabOff: 768},        // another object
+		{src: other, key: "k2", offset: 0, length: 100, slabOff: 1024},                               // local
+		{src: src, key: "k3", offset: 0, length: plan.RemoteSpanBytes - 10, slabOff: 2048},           // big
+		{src: src, key: "k3", offset: plan.RemoteSpanBytes - 10, length: 10, slabOff: 2048 + 16<<20}, // fits the span exactly
+		{src: src, key: "k3", offset: plan.RemoteSpanBytes, length: 1, slabOff: 3 << 24},             // past it
 	}
 	reqs, local := groupRemote(reads, slab)
 	var shape []string
 	for _, q := range reqs {
 		shape = append(shape, fmt.Sprintf("%s:%d:%d", q.key, len(q.ranges), q.bytes))
 	}
-	want := []string{"k:2:" + fmt.Sprint(200+remoteGapBytes), "k:1:100", "k2:1:100", "k3:2:" + fmt.Sprint(remoteSpanBytes), "k3:1:1"}
+	want := []string{"k:2:" + fmt.Sprint(200+plan.RemoteGapBytes), "k:1:100", "k2:1:100", "k3:2:" + fmt.Sprint(plan.RemoteSpanBytes), "k3:1:1"}
 	if fmt.Sprint(shape) != fmt.Sprint(want) || fmt.Sprint(local) != "[4]" {
 		t.Errorf("groupRemote = %v, local %v; want %v, [4]", shape, local, want)
 	}

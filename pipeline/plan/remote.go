@@ -15,3 +15,11 @@ const (
 	RemoteGapBytes  = 256 << 10
 	RemoteSpanBytes = 8 << 20
 )
+
+// JoinsGET reports whether a read of [off, off+length) may join a GET of
+// the same object that starts at start and ends at end (the end of its
+// last read): it lies after that end, within RemoteGapBytes of it, and
+// the GET would then span at most RemoteSpanBytes.
+func JoinsGET(start, end, off, length int64) bool {
+	return off >= end && off-end <= RemoteGapBytes && off+length-start <= RemoteSpanBytes
+}

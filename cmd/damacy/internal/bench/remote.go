@@ -193,8 +193,8 @@ type getReq struct {
 
 // getReplayRequests lists the GETs of every measured batch: each batch's
 // chunks (each once, sorted by object and offset) merged as the
-// pipeline's IO stage merges a wave's reads on an object store (gaps up
-// to plan.RemoteGapBytes, spans up to plan.RemoteSpanBytes).
+// pipeline's IO stage merges a wave's reads on an object store
+// (plan.JoinsGET).
 func getReplayRequests(rp *replanned) []getReq {
 	var out []getReq
 	for _, refs := range rp.batches {
@@ -205,7 +205,7 @@ func getReplayRequests(rp *replanned) []getReq {
 				q := &out[n-1]
 				last := q.chunks[len(q.chunks)-1]
 				end := last.off + last.len
-				if q.key == c.file && c.off >= end && c.off-end <= plan.RemoteGapBytes && c.off+c.len-q.chunks[0].off <= plan.RemoteSpanBytes {
+				if q.key == c.file && plan.JoinsGET(q.chunks[0].off, end, c.off, c.len) {
 					q.chunks = append(q.chunks, c)
 					q.bytes = c.off + c.len - q.chunks[0].off
 					q.wanted += c.len
