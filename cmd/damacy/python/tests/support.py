@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import textwrap
 import time
 from typing import Callable, Optional, Tuple
 
@@ -60,3 +62,50 @@ def skip_or_fail(why: str, require_env: str) -> None:
     if os.environ.get(require_env) == "1":
         pytest.fail(f"{require_env}=1: {why}")
     pytest.skip(why)
+
+
+_CLIENT = textwrap.dedent(
+    """
+    import os, sys, time
+    sys.path.insert(0, {tests!r})
+    import damacy
+    from support import config
+    p = damacy.Pipeline({config})
+    print(p.server_info["pid"], flush=True)
+    sys.stdin.readline()  # the test has seen the server
+    if sys.argv[1] == "exit":
+        os._exit(0)  # no atexit: the server sees the socket's end
+    if sys.argv[1] == "return":
+        sys.exit(0)  # the pipeline is closed at interpreter exit
+    time.sleep(60)
+    """
+)
+
+
+def check_no_orphan(tmp_path, how: str, config_expr: str, env: dict) -> None:
+    """Run a client process whose Pipeline is made from config_expr (Python
+    source; support's config is in scope), then let it return, os._exit
+    or be SIGKILLed (how), and require its server process to be gone."""
+    script = tmp_path / "client.py"
+    script.write_text(_CLIENT.format(tests=os.path.dirname(os.path.abspath(__file__)), config=config_expr))
+    env = dict(env, PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.Popen(
+        [sys.executable, str(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    try:
+        server = int(child.stdout.readline())
+        assert not gone(server)
+        if how == "sigkill":
+            child.kill()
+        else:
+            child.stdin.write(b"go\n")
+            child.stdin.flush()
+        child.wait(30)
+        if how == "return":
+            assert gone(server)  # closed, and waited for, before the interpreter ended
+        wait_until(lambda: gone(server), timeout=10, what=f"server {server} to exit")
+    finally:
+        child.kill()
+        child.wait()
+        child.stdin.close()
+        child.stdout.close()

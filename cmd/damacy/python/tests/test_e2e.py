@@ -10,9 +10,6 @@ DAMACY_REQUIRE_SERVE=1, when they fail.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from typing import Dict, List, Tuple
@@ -24,12 +21,11 @@ import damacy
 
 import support
 from refdata import assert_batch
-from support import gone, wait_until
+from support import gone
 
 zarr = pytest.importorskip("zarr")
 zarr_codecs = pytest.importorskip("zarr.codecs")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 BOX = (6, 9, 10)
 
 
@@ -353,46 +349,10 @@ def test_pipeline_made_on_a_short_lived_thread_keeps_its_server(serve_binary, st
     p.close()
 
 
-SCRIPT = textwrap.dedent(
-    """
-    import os, sys, time
-    import damacy
-    cfg = damacy.Config(batch_size=1, host_buffer_bytes=4 << 20, device_buffer_bytes=4 << 20,
-                        max_chunk_uncompressed_bytes=1 << 20, device="cpu")
-    p = damacy.Pipeline(cfg)
-    print(p.server_info["pid"], flush=True)
-    sys.stdin.readline()  # the test has seen the server
-    if sys.argv[1] == "exit":
-        os._exit(0)  # no atexit: the server sees the socket's end
-    if sys.argv[1] == "return":
-        sys.exit(0)  # the pipeline is closed at interpreter exit
-    time.sleep(60)
-    """
-)
-
-
 @pytest.mark.parametrize("how", ["return", "exit", "sigkill"])
 def test_no_orphan_server_when_the_client_dies(serve_binary, tmp_path, how):
-    script = tmp_path / "client.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), DAMACY_BINARY=serve_binary)
-    child = subprocess.Popen(
-        [sys.executable, str(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    cfg = (
+        'damacy.Config(batch_size=1, host_buffer_bytes=4 << 20, device_buffer_bytes=4 << 20, '
+        'max_chunk_uncompressed_bytes=1 << 20, device="cpu")'
     )
-    try:
-        server = int(child.stdout.readline())
-        assert not gone(server)
-        if how == "sigkill":
-            child.kill()
-        else:
-            child.stdin.write(b"go\n")
-            child.stdin.flush()
-        child.wait(30)
-        if how == "return":
-            assert gone(server)  # closed, and waited for, before the interpreter ended
-        wait_until(lambda: gone(server), timeout=10, what=f"server {server} to exit")
-    finally:
-        child.kill()
-        child.wait()
-        child.stdin.close()
-        child.stdout.close()
+    support.check_no_orphan(tmp_path, how, cfg, dict(os.environ, DAMACY_BINARY=serve_binary))

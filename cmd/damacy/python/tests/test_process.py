@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
@@ -16,9 +13,8 @@ import pytest
 
 import damacy
 
-from support import config, gone, sample, wait_until
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+import support
+from support import config, gone, sample
 
 
 def test_missing_binary(monkeypatch, tmp_path):
@@ -77,50 +73,9 @@ def test_pipeline_made_on_a_short_lived_thread_outlives_it(fake_binary):
     p.close()
 
 
-SCRIPT = textwrap.dedent(
-    """
-    import os, sys, time
-    sys.path.insert(0, {tests!r})
-    import damacy
-    from support import config
-    p = damacy.Pipeline(config())
-    print(p.server_info["pid"], flush=True)
-    sys.stdin.readline()  # the test has seen the server
-    if sys.argv[1] == "exit":
-        os._exit(0)  # no atexit: the server sees the socket's end
-    if sys.argv[1] == "return":
-        sys.exit(0)  # the pipeline is closed at interpreter exit
-    time.sleep(60)
-    """
-)
-
-
 @pytest.mark.parametrize("how", ["return", "exit", "sigkill"])
 def test_no_orphan_server_when_the_client_dies(fake_binary, tmp_path, how):
-    script = tmp_path / "client.py"
-    script.write_text(SCRIPT.format(tests=HERE))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    child = subprocess.Popen(
-        [sys.executable, str(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
-    )
-    try:
-        line = child.stdout.readline()
-        server = int(line)
-        assert not gone(server)
-        if how == "sigkill":
-            child.kill()
-        else:
-            child.stdin.write(b"go\n")
-            child.stdin.flush()
-        child.wait(30)
-        if how == "return":
-            assert gone(server)  # closed, and waited for, before the interpreter ended
-        wait_until(lambda: gone(server), timeout=10, what=f"server {server} to exit")
-    finally:
-        child.kill()
-        child.wait()
-        child.stdin.close()
-        child.stdout.close()
+    support.check_no_orphan(tmp_path, how, "config()", dict(os.environ))
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
