@@ -42,10 +42,14 @@
 //
 // pipeline.go is the API (Push, PushSeq, Pop, Flush, Shutdown, Close) and
 // the intake; config.go, errors.go, stats.go and trace.go its types;
-// batch.go the Batch and its DLPack export. meta.go opens arrays, plan.go
-// plans batches into jobs, waves and reads, io.go reads, chunkcache.go
-// keeps the chunk cache's books (entries, room, pins, file versions). host.go holds the
-// stages both engines share and the host engine. The CUDA engine goes
+// batch.go the Batch and its DLPack export; share.go (with shm_*.go) hands
+// a batch to another process (CUDA IPC handles, memfd host slots) and
+// check.go checks a sample against its array, for damacy serve. meta.go
+// opens arrays, plan.go plans batches into jobs, waves and reads, io.go
+// reads local files and remote.go object stores (ranged GETs),
+// chunkcache.go keeps the chunk cache's books (entries, room, pins, file
+// versions). host.go holds the stages both engines share and the host
+// engine. The CUDA engine goes
 // stage by stage: cuda_setup.go (budgets, buffers, batch slots),
 // cuda_route.go (which decoder takes a chunk, nvCOMP's entries),
 // cuda_wave.go (load, prepare, submit), cuda_retire.go (waiting, status
