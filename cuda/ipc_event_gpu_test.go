@@ -1,13 +1,10 @@
 package cuda_test
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -150,31 +147,8 @@ func TestIPCEvent(t *testing.T) {
 		s.Destroy()
 		return ev.Destroy()
 	})
-	cmd := exec.Command(os.Args[0], "-test.run=^TestIPCEventChild$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%x", ipcEventChildEnv, h.Reserved))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	sc := bufio.NewScanner(stdout)
-	var childHandle string
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		if rest, ok := strings.CutPrefix(sc.Text(), "IPC-EVENT "); ok {
-			childHandle = rest
-			break
-		}
-	}
+	child := cudatest.StartChild(t, "TestIPCEventChild", fmt.Sprintf("%s=%x", ipcEventChildEnv, h.Reserved))
+	childHandle, _ := strings.CutPrefix(child.Await("IPC-EVENT "), "IPC-EVENT ")
 	if childHandle != "" {
 		var ch cuda.IPCEventHandle
 		raw, err := hex.DecodeString(childHandle)
@@ -200,11 +174,8 @@ func TestIPCEvent(t *testing.T) {
 			}
 		}
 	}
-	stdin.Close()
-	rest, _ := io.ReadAll(stdout)
-	out.Write(rest)
-	if err := cmd.Wait(); err != nil || childHandle == "" || !strings.Contains(out.String(), "--- PASS: TestIPCEventChild") {
-		t.Fatalf("child: %v\n%s%s", err, out.String(), stderr.String())
+	if out, err := child.Finish(); err != nil || childHandle == "" {
+		t.Fatalf("child: %v\n%s", err, out)
 	}
 	t.Log("the child waited on this process's event, and this process on the child's")
 }

@@ -7,10 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -180,32 +178,7 @@ func TestGPUShareIPC(t *testing.T) {
 		})
 	}()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGPUShareChild$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), shareChildEnv+"=1")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	lines := bufio.NewScanner(stdout)
-	reply := func() string {
-		for lines.Scan() {
-			out.WriteString(lines.Text() + "\n")
-			if strings.HasPrefix(lines.Text(), "DONE ") || strings.HasPrefix(lines.Text(), "FAIL ") {
-				return lines.Text()
-			}
-		}
-		return ""
-	}
+	child := cudatest.StartChild(t, "TestGPUShareChild", shareChildEnv+"=1")
 	handles := map[int]Shared{}
 	ctx := context.Background()
 	var failure string
@@ -233,8 +206,8 @@ func TestGPUShareIPC(t *testing.T) {
 		if err := os.WriteFile(file, hb.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(stdin, "%d %x %d %d %x %s\n", sh.Slot, sh.Mem.Reserved, sh.Offset, sh.Bytes, sh.Ready.Reserved, file)
-		r := reply()
+		child.Send("%d %x %d %d %x %s", sh.Slot, sh.Mem.Reserved, sh.Offset, sh.Bytes, sh.Ready.Reserved, file)
+		r := child.Await("DONE ", "FAIL ")
 		rest, ok := strings.CutPrefix(r, "DONE ")
 		if !ok {
 			failure = fmt.Sprintf("batch %d: child answered %q", gb.Info().ID, r)
@@ -258,12 +231,8 @@ func TestGPUShareIPC(t *testing.T) {
 		hb.Release()
 		got += hb.Len()
 	}
-	stdin.Close()
-	rest, _ := io.ReadAll(stdout)
-	out.Write(rest)
-	werr := cmd.Wait()
-	if failure != "" || werr != nil || !strings.Contains(out.String(), "--- PASS: TestGPUShareChild") {
-		t.Fatalf("%s (child: %v)\n%s%s", failure, werr, out.String(), stderr.String())
+	if out, err := child.Finish(); failure != "" || err != nil {
+		t.Fatalf("%s (child: %v)\n%s", failure, err, out)
 	}
 	t.Logf("a child process read %d CUDA batches through %d slots' IPC handles, equal to the host engine's", gpu.Stats().BatchesEmitted, len(handles))
 }
