@@ -511,6 +511,70 @@ func TestPinnedAndRegistered(t *testing.T) {
 	})
 }
 
+// HostMap's memory is page-locked (host memory type, async copies both
+// ways at any offset), sized as asked, and Free unregisters and unmaps it.
+func TestHostMap(t *testing.T) {
+	cudatest.MustHaveGPU(t)
+	e := cudatest.Executor(t)
+	r := newRand(t)
+	for _, n := range []int{1, 4096, 3<<20 + 12345} {
+		do(t, e, func() error {
+			h, err := cuda.HostMap(n)
+			if err != nil {
+				return fmt.Errorf("HostMap: %w", err)
+			}
+			defer h.Free()
+			if h.Len() != n || len(h.Bytes()) != n {
+				return fmt.Errorf("HostMap(%d): Len %d, len(Bytes) %d", n, h.Len(), len(h.Bytes()))
+			}
+			want := randomBytes(r, n)
+			copy(h.Bytes(), want)
+			dp, err := h.DevicePtr()
+			if err != nil {
+				return fmt.Errorf("DevicePtr: %w", err)
+			}
+			a, err := dp.Attributes()
+			if err != nil {
+				return fmt.Errorf("Attributes: %w", err)
+			}
+			if a.MemoryType != cuda.MemoryTypeHost {
+				return fmt.Errorf("HostMap(%d) memory type %d, want host", n, a.MemoryType)
+			}
+			d, err := cuda.MemAlloc(n + 1)
+			if err != nil {
+				return err
+			}
+			defer d.Free()
+			s, err := cuda.NewStream(cuda.StreamNonBlocking)
+			if err != nil {
+				return err
+			}
+			defer s.Destroy()
+			// From an odd offset, so that the copy is not one aligned block.
+			if err := s.CopyHtoD(d+1, h.Bytes()[n/3:]); err != nil {
+				return fmt.Errorf("CopyHtoD: %w", err)
+			}
+			clear(h.Bytes())
+			if err := s.CopyDtoH(h.Bytes()[n/3:], d+1); err != nil {
+				return fmt.Errorf("CopyDtoH: %w", err)
+			}
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+			if !bytes.Equal(h.Bytes()[n/3:], want[n/3:]) || !bytes.Equal(h.Bytes()[:n/3], make([]byte, n/3)) {
+				return fmt.Errorf("HostMap(%d) round trip differs", n)
+			}
+			if err := h.Free(); err != nil {
+				return fmt.Errorf("Free: %w", err)
+			}
+			if h.Bytes() != nil || h.Len() != 0 {
+				return fmt.Errorf("Free left a view")
+			}
+			return h.Free()
+		})
+	}
+}
+
 func TestPointerAttributes(t *testing.T) {
 	dev := cudatest.MustHaveGPU(t)
 	e := cudatest.Executor(t)

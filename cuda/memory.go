@@ -453,6 +453,7 @@ type HostBuffer struct {
 	n          int
 	registered bool           // Go memory, registered; else cuMemHostAlloc'd
 	pin        runtime.Pinner // holds registered Go memory in place
+	mapping    []byte         // HostMap's anonymous mapping, unmapped after unregistering
 }
 
 // HostAlloc allocates n bytes of page-locked host memory. It wraps
@@ -527,7 +528,8 @@ func (h *HostBuffer) DevicePtr() (DevicePtr, error) {
 }
 
 // Free releases the buffer: cuMemFreeHost for HostAlloc memory,
-// cuMemHostUnregister and unpinning for HostRegister memory. Afterwards the
+// cuMemHostUnregister and unpinning for HostRegister memory (and
+// unmapping for HostMap memory). Afterwards the
 // buffer is empty; Free is safe to repeat. No copy may still be using it.
 func (h *HostBuffer) Free() error {
 	if h.p == nil {
@@ -542,6 +544,12 @@ func (h *HostBuffer) Free() error {
 			return err
 		}
 		h.pin.Unpin()
+		if h.mapping != nil {
+			if err := unmap(h.mapping); err != nil {
+				return err
+			}
+			h.mapping = nil
+		}
 	} else if err := check("cuMemFreeHost", d.cuMemFreeHost(h.p)); err != nil {
 		return err
 	}

@@ -87,6 +87,7 @@ type waveBuf struct {
 // keeps nvCOMP out even when it is installed (tests compare both paths).
 func newCUDAEngine(cfg Config, ordinal int, stats *statsSink, withNVCOMP bool) (*cudaEngine, error) {
 	cfg = cfg.withBuffers(true)
+	ph := newPhases()
 	if err := cuda.Init(); err != nil {
 		return nil, newError("new", ErrCUDA, "", err)
 	}
@@ -110,7 +111,8 @@ func newCUDAEngine(cfg Config, ordinal int, stats *statsSink, withNVCOMP bool) (
 		st.close()
 		return nil, newError("new", ErrCUDA, "", err)
 	}
-	if err := e.setup(withNVCOMP); err != nil {
+	ph.mark("driver and context")
+	if err := e.setup(withNVCOMP, ph); err != nil {
 		e.close()
 		return nil, err
 	}
@@ -120,7 +122,7 @@ func newCUDAEngine(cfg Config, ordinal int, stats *statsSink, withNVCOMP bool) (
 // setup loads the kernels and nvCOMP, creates the streams and events, and
 // reserves the pinned slabs and the wave buffers. Batch slots come in
 // reserve, once the sample shape is known.
-func (e *cudaEngine) setup(withNVCOMP bool) error {
+func (e *cudaEngine) setup(withNVCOMP bool, ph *phases) error {
 	cfg := e.cfg
 	decoder := "cpu"
 	var libErr error = errors.New("disabled")
@@ -129,6 +131,7 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 		if lib, libErr = nvcomp.Load(); libErr == nil {
 			e.lib = lib
 		}
+		ph.mark("nvcomp load")
 	}
 	slab := cfg.HostBufferBytes / cudaSlabs &^ 4095
 	arena := cfg.DeviceBufferBytes / cudaWaveBufs &^ 4095
@@ -159,6 +162,7 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 		if e.kernels, err = ptx.Load(); err != nil {
 			return err
 		}
+		ph.mark("kernels")
 		for _, s := range []*cuda.Stream{&e.copyS, &e.decodeS, &e.asmS} {
 			if *s, err = cuda.NewStream(cuda.StreamNonBlocking); err != nil {
 				return err
@@ -190,16 +194,18 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 			if err := cuda.CopyHtoD(e.empty, []byte{0}); err != nil {
 				return err
 			}
+			ph.mark("nvcomp decoders")
 		}
 		e.slabs = make(chan *cuda.HostBuffer, cudaSlabs)
 		for range cudaSlabs {
-			h, err := cuda.HostAlloc(int(slab), cuda.HostAllocPortable)
+			h, err := cuda.HostMap(int(slab))
 			if err != nil {
 				return err
 			}
 			e.slabs <- h
 			e.allSlabs = append(e.allSlabs, h)
 		}
+		ph.mark("pinned staging")
 		if e.mem, err = cuda.MemAlloc(int(memBytes)); err != nil {
 			return err
 		}
@@ -223,6 +229,7 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 			}
 			e.bufFree <- b
 		}
+		ph.mark("device buffers")
 		return nil
 	})
 	if err != nil {
@@ -233,9 +240,9 @@ func (e *cudaEngine) setup(withNVCOMP bool) error {
 	}
 	if e.lib != nil {
 		decoder = fmt.Sprintf("nvcomp %s + cpu", e.lib.Version)
-		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, zstd, LZ4 and blosc (zstd or lz4) chunks decoded by nvCOMP, others on the CPU", "device", e.ordinal, "nvcomp", e.lib.Path)
+		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, zstd, LZ4 and blosc (zstd or lz4) chunks decoded by nvCOMP, others on the CPU", "device", e.ordinal, "nvcomp", e.lib.Path, "setup", ph)
 	} else {
-		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, chunks decoded on the CPU (nvCOMP not loaded)", "device", e.ordinal, "reason", libErr)
+		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, chunks decoded on the CPU (nvCOMP not loaded)", "device", e.ordinal, "reason", libErr, "setup", ph)
 	}
 	e.stats.update(func(s *Stats) {
 		s.Engine, s.Decoder = "cuda", decoder

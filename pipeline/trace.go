@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -37,3 +38,21 @@ func (t tracer) workers(stage, kind string, w *wave, bytes int64) func(int, time
 		t(Span{Stage: stage, Lane: fmt.Sprintf("%s worker %d", kind, id), Batch: w.batch.req.id, Wave: w.index, Start: start, End: end, Bytes: bytes})
 	}
 }
+
+// phases times the steps of an engine's setup for its log line, as
+// "step 12ms, step 3ms, ..." in the order they ran.
+type phases struct {
+	last  time.Time
+	steps []string
+}
+
+func newPhases() *phases { return &phases{last: time.Now()} }
+
+// mark ends the step called name: it ran since the previous mark.
+func (p *phases) mark(name string) {
+	now := time.Now()
+	p.steps = append(p.steps, fmt.Sprintf("%s %s", name, now.Sub(p.last).Round(100*time.Microsecond)))
+	p.last = now
+}
+
+func (p *phases) String() string { return strings.Join(p.steps, ", ") }

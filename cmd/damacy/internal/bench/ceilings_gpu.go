@@ -74,7 +74,7 @@ func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]Ceiling
 func h2dCeiling(size int) (c Ceiling, err error) {
 	size = max(size, 1)
 	count := max(10, h2dMinBytes/size)
-	host, err := cuda.HostAlloc(size, 0)
+	host, err := cuda.HostMap(size)
 	if err != nil {
 		return c, err
 	}

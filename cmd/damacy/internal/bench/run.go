@@ -172,6 +172,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 	if err != nil {
 		return pipeline.Stats{}, err
 	}
+	rep.StartupNew = time.Since(t0)
 	defer p.Close()
 	if err := p.PushSeq(bs.sequence(sc, o.Duration > 0)); err != nil {
 		return pipeline.Stats{}, err
