@@ -239,11 +239,13 @@ func (c *chunkCache) freeRange(off, n int64) {
 
 // batchVersions gives the versions of the objects one batch reads, for
 // the chunk cache's keys and for planning through cache.Locator.Checked:
-// a local file is statted once per batch (and the open-file cache told,
-// so that a file replaced since is opened again); an object of another
+// a local file is statted once per batch (and the open-file cache and the
+// file mappings told, so that a file replaced or rewritten since is opened
+// or mapped again); an object of another
 // store is taken at its cached size.
 type batchVersions struct {
 	files *cache.Files
+	maps  *fileMaps // nil: none
 	seen  map[versionRef]cache.Version
 }
 
@@ -252,8 +254,8 @@ type versionRef struct {
 	key string
 }
 
-func newBatchVersions(files *cache.Files) *batchVersions {
-	return &batchVersions{files: files, seen: map[versionRef]cache.Version{}}
+func newBatchVersions(files *cache.Files, maps *fileMaps) *batchVersions {
+	return &batchVersions{files: files, maps: maps, seen: map[versionRef]cache.Version{}}
 }
 
 // of returns the version of src's object key.
@@ -267,6 +269,9 @@ func (b *batchVersions) of(src *source, key string) cache.Version {
 		if path, err := src.dir.Path(key); err == nil {
 			if fi, err := os.Stat(path); err == nil {
 				b.files.Refresh(path, fi)
+				if b.maps != nil {
+					b.maps.refresh(path, fi)
+				}
 				v = cache.Version{Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}
 			}
 		}

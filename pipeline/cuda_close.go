@@ -56,6 +56,9 @@ func (e *cudaEngine) close() error {
 			return errors.Join(errs...)
 		})
 		first = err
+		if e.maps != nil {
+			e.maps.close() // the streams are idle and run has returned: no wave reads them
+		}
 	}
 	e.stages.close()
 	if e.pool == nil {

@@ -63,13 +63,13 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 		if se := e.sticky.Load(); se != nil {
 			cw.err = se
 		}
-		cw.slab, cw.buf = nil, nil
+		cw.slab, cw.buf, cw.mapped = nil, nil, nil
 		return
 	}
 	if err := e.wait(b.h2d, "h2d"); err != nil {
 		cw.err = err
-		if errors.Is(err, errStuck) { // the GPU still owns the slab and the buffer
-			cw.slab, cw.buf = nil, nil
+		if errors.Is(err, errStuck) { // the GPU still owns the slab, the mappings and the buffer
+			cw.slab, cw.buf, cw.mapped = nil, nil, nil
 			return
 		}
 	}
@@ -111,12 +111,12 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 		t0 := now.Add(-total)
 		at := func(ev cuda.Event) time.Time { d, _ := cuda.EventElapsedTime(b.start, ev); return t0.Add(d) }
 		id := cw.batch.req.id
-		e.trace.span(Span{Stage: "h2d", Lane: "copy stream", Batch: id, Wave: cw.index, Start: t0, End: at(b.h2d), Bytes: cw.used})
+		e.trace.span(Span{Stage: "h2d", Lane: "copy stream", Batch: id, Wave: cw.index, Start: t0, End: at(b.h2d), Bytes: cw.copied()})
 		e.trace.span(Span{Stage: "decode", Lane: "decode stream", Batch: id, Wave: cw.index, Start: at(b.decStart), End: at(b.dec), Bytes: outB})
 		e.trace.span(Span{Stage: "assemble", Lane: "assemble stream", Batch: id, Wave: cw.index, Start: at(b.dec), End: now, Bytes: elems * int64(e.layout.Dtype.Size())})
 	}
 	e.stats.update(func(s *Stats) {
-		s.H2D.add(h2d, cw.used, cw.used)
+		s.H2D.add(h2d, cw.copied(), cw.copied())
 		if len(cw.ents) > 0 {
 			s.Decompress.add(dec, in, outB)
 			s.ChunksGPU += int64(jobs)

@@ -112,6 +112,11 @@ func newCUDAEngine(cfg Config, ordinal int, stats *statsSink, withNVCOMP bool) (
 		return nil, newError("new", ErrCUDA, "", err)
 	}
 	ph.mark("driver and context")
+	if budget := mappedFileBudget(cfg.MappedFileBytes); budget > 0 {
+		if ok, err := dev.Attribute(cuda.DevAttrReadOnlyHostRegisterSupported); err == nil && ok == 1 {
+			e.maps = newFileMaps(e.ex.Context(), budget)
+		}
+	}
 	if err := e.setup(withNVCOMP, ph); err != nil {
 		e.close()
 		return nil, err

@@ -35,9 +35,11 @@ type cacheInsert struct {
 type cudaWave struct {
 	*wave
 	slab      *cuda.HostBuffer
+	mapped    []*fileMap // per read: the mapped file it is copied from (nil: preads into the slab); nil when none is
 	buf       *waveBuf
-	used      int64     // staging bytes to copy
-	ents      []nvEntry // nvCOMP's inputs: zstd first, then LZ4
+	used      int64      // staging bytes to copy
+	h2d       []hostCopy // the H2D copies when some reads are mapped (else the slab's used prefix in one)
+	ents      []nvEntry  // nvCOMP's inputs: zstd first, then LZ4
 	nZstd     int
 	descOff   int64 // offset of nvCOMP's argument arrays in staging
 	plan      *ptx.Plan
@@ -132,8 +134,10 @@ func (e *cudaEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 	wg.Wait()
 }
 
-// recycle gives a wave's slab and wave buffer back without using them.
+// recycle gives a wave's slab, wave buffer and mappings back (once the GPU
+// is done with them, or when they were never used).
 func (e *cudaEngine) recycle(cw *cudaWave) {
+	e.releaseMaps(cw)
 	if cw.slab != nil {
 		e.slabs <- cw.slab
 		cw.slab = nil
@@ -152,8 +156,20 @@ func (e *cudaEngine) load(ctx context.Context, cw *cudaWave) {
 		cw.err = ctx.Err()
 		return
 	}
-	if err := e.read(ctx, cw.wave, cw.slab.Bytes()); err != nil {
+	reads := cw.reads
+	if e.maps != nil {
+		var err error
+		if reads, err = e.mapReads(cw); err != nil {
+			cw.err = err
+			return
+		}
+	}
+	if err := e.read(ctx, cw.wave, reads, cw.slab.Bytes()); err != nil {
 		cw.err = err
+		return
+	}
+	if e.maps != nil {
+		e.heatUp(reads)
 	}
 }
 
@@ -169,6 +185,7 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	for _, r := range w.reads {
 		end = max(end, align(r.slabOff+r.length))
 	}
+	meta := end // what the wave adds to its reads starts here
 	// Final routing, now that the bytes are here (see check); the chunks
 	// nvCOMP does not take are decoded on the CPU, into the slab when
 	// planned so, else into the spill buffer, from which submit copies
@@ -180,20 +197,23 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	checks := make([]chunkCheck, len(w.jobs))
 	var checked atomic.Int64
 	tasks := min(len(w.jobs), 4*e.cpu.Size())
+	stored := cw.stored(slab)
 	t := time.Now()
 	err := e.cpu.Run(ctx, tasks, func(k int) error {
-		for i := k * len(w.jobs) / tasks; i < (k+1)*len(w.jobs)/tasks; i++ {
-			j := bp.jobs[w.jobs[i]]
-			c, err := e.check(j, slab[j.slabOff:j.slabOff+j.chunk.Length])
-			if err != nil {
-				return err
+		return cw.guard(func() error {
+			for i := k * len(w.jobs) / tasks; i < (k+1)*len(w.jobs)/tasks; i++ {
+				j := bp.jobs[w.jobs[i]]
+				c, err := e.check(j, stored(j))
+				if err != nil {
+					return err
+				}
+				if j.gpu {
+					checked.Add(j.chunk.Length)
+				}
+				checks[i] = c
 			}
-			if j.gpu {
-				checked.Add(j.chunk.Length)
-			}
-			checks[i] = c
-		}
-		return nil
+			return nil
+		})
 	}, e.trace.workers("check", "cpu", w, 0))
 	e.stats.update(func(st *Stats) { st.Check.add(time.Since(t), checked.Load(), 0) })
 	if err != nil {
@@ -253,7 +273,9 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		dst[j] = spillBuf[off : off+n : off+n]
 	}
 	t = time.Now()
-	err = e.decodeCPU(ctx, w, slab, func(j *job) bool { return dst[j] != nil }, func(j *job) []byte { return dst[j] })
+	err = cw.guard(func() error {
+		return e.decodeCPU(ctx, w, stored, func(j *job) bool { return dst[j] != nil }, func(j *job) []byte { return dst[j] })
+	})
 	if err != nil {
 		fail(err)
 		return
@@ -350,6 +372,10 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		return
 	}
 	cw.used = end
+	cw.h2d = nil
+	if cw.mapped != nil {
+		cw.h2d = cw.h2dCopies(slab, meta, end)
+	}
 }
 
 // submit queues a prepared wave on the GPU: H2D on the copy stream, nvCOMP
@@ -364,8 +390,15 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 		if err := b.start.Record(e.copyS); err != nil {
 			return err
 		}
-		if err := e.copyS.CopyHtoD(b.base, slab[:cw.used]); err != nil {
-			return err
+		if cw.h2d == nil {
+			if err := e.copyS.CopyHtoD(b.base, slab[:cw.used]); err != nil {
+				return err
+			}
+		}
+		for _, c := range cw.h2d {
+			if err := e.copyS.CopyHtoD(b.base+cuda.DevicePtr(c.dst), c.src); err != nil {
+				return err
+			}
 		}
 		if err := b.h2d.Record(e.copyS); err != nil {
 			return err

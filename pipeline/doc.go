@@ -38,6 +38,12 @@
 // the cache region (addressed from the same base as the wave's arena); a
 // miss is copied into the cache once its wave has been assembled.
 //
+// With Config.MappedFileBytes (on by default), the CUDA engine maps local
+// files that waves keep reading and registers the mappings with the
+// driver: a wave's reads of a mapped file skip the IO workers, the CPU
+// checks read the page cache through the mapping, and the H2D copy takes
+// those bytes straight from it.
+//
 // # Files
 //
 // pipeline.go is the API (Push, PushSeq, Pop, Flush, Shutdown, Close) and
@@ -46,7 +52,8 @@
 // a batch to another process (CUDA IPC handles, memfd host slots) and
 // check.go checks a sample against its array, for damacy serve. meta.go
 // opens arrays, plan.go plans batches into jobs, waves and reads, io.go
-// reads local files and remote.go object stores (ranged GETs),
+// reads local files and remote.go object stores (ranged GETs), filemap.go
+// keeps hot local files mapped (cuda_mapread.go: a wave's use of them),
 // chunkcache.go keeps the chunk cache's books (entries, room, pins, file
 // versions). host.go holds the stages both engines share and the host
 // engine. The CUDA engine goes

@@ -32,6 +32,7 @@ type stages struct {
 	decs   chan *zarr.Decoder // one per CPU worker
 	lim    waveLimits
 	chunks *chunkCache // nil: no chunk cache
+	maps   *fileMaps   // CUDA engine: local files the GPU copies from directly (nil: none)
 	shape  []int
 	head   atomic.Int32 // stage of the oldest unfinished batch
 	trace  tracer
@@ -93,7 +94,7 @@ func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wa
 		waves := []*wave{{batch: bs, last: true}}
 		var versions *batchVersions
 		if s.chunks != nil {
-			versions = newBatchVersions(s.fds.files)
+			versions = newBatchVersions(s.fds.files, s.maps)
 		}
 		var hits []*cacheEntry
 		lookup := func(j *job) {
@@ -163,30 +164,30 @@ func (s *stages) releaseHits(w *wave) {
 }
 
 // read runs a wave's read ops into slab.
-func (s *stages) read(ctx context.Context, w *wave, slab []byte) error {
-	if hasRemote(w.reads) {
-		return s.readRemote(ctx, w, slab)
+func (s *stages) read(ctx context.Context, w *wave, reads []readOp, slab []byte) error {
+	if hasRemote(reads) {
+		return s.readRemote(ctx, w, reads, slab)
 	}
 	t := time.Now()
 	var n int64
-	for _, r := range w.reads {
+	for _, r := range reads {
 		n += r.length
 	}
-	err := s.io.Run(ctx, len(w.reads), func(i int) error {
-		r := &w.reads[i]
+	err := s.io.Run(ctx, len(reads), func(i int) error {
+		r := &reads[i]
 		return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
 	}, s.trace.workers("read", "io", w, n))
 	s.stats.update(func(st *Stats) {
 		st.IO.add(time.Since(t), n, n)
-		st.ReadOps += int64(len(w.reads))
+		st.ReadOps += int64(len(reads))
 		st.BytesRead += n
 	})
 	return err
 }
 
-// decodeCPU decodes the wave's jobs that pick(j) selects from slab into
-// dst(j) on the CPU workers.
-func (s *stages) decodeCPU(ctx context.Context, w *wave, slab []byte, pick func(*job) bool, dst func(*job) []byte) error {
+// decodeCPU decodes the wave's jobs that pick(j) selects from their stored
+// bytes (stored(j)) into dst(j) on the CPU workers.
+func (s *stages) decodeCPU(ctx context.Context, w *wave, stored func(*job) []byte, pick func(*job) bool, dst func(*job) []byte) error {
 	bp := w.batch.plan
 	var sel []*job
 	var in, out int64
@@ -203,7 +204,7 @@ func (s *stages) decodeCPU(ctx context.Context, w *wave, slab []byte, pick func(
 	t := time.Now()
 	err := s.cpu.Run(ctx, len(sel), func(i int) error {
 		j := sel[i]
-		if err := s.decodeJob(j, slab[j.slabOff:j.slabOff+j.chunk.Length], dst(j), j.bloscPayload); err != nil {
+		if err := s.decodeJob(j, stored(j), dst(j), j.bloscPayload); err != nil {
 			return decodeError(j, err)
 		}
 		return nil
@@ -413,7 +414,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 				case <-ctx.Done():
 					return
 				}
-				if err := h.read(ctx, w, w.slabBuf); err != nil {
+				if err := h.read(ctx, w, w.reads, w.slabBuf); err != nil {
 					w.batch.fail(err)
 				}
 			}
@@ -472,7 +473,7 @@ func (h *hostEngine) giveSlab(w *wave) {
 // batch slot.
 func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error {
 	arena := h.arena
-	if err := h.decodeCPU(ctx, w, w.slabBuf, func(*job) bool { return true }, func(j *job) []byte {
+	if err := h.decodeCPU(ctx, w, w.slabStored, func(*job) bool { return true }, func(j *job) []byte {
 		end := j.decOff + int64(j.layout.Bytes())
 		return arena[j.decOff:end:end] // capped: a decoder must not write past its chunk
 	}); err != nil {

@@ -359,7 +359,7 @@ func (p *Pipeline) StatsReset() {
 	p.stats.mu.Lock()
 	defer p.stats.mu.Unlock()
 	s := &p.stats.Stats
-	*s = Stats{Engine: s.Engine, Decoder: s.Decoder, GPUBytesCommitted: s.GPUBytesCommitted, ChunkCacheBytes: s.ChunkCacheBytes}
+	*s = Stats{Engine: s.Engine, Decoder: s.Decoder, GPUBytesCommitted: s.GPUBytesCommitted, ChunkCacheBytes: s.ChunkCacheBytes, MappedFileBytes: s.MappedFileBytes}
 }
 
 // checkLocked validates a sample against the pipeline's sample shape,

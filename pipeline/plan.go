@@ -63,6 +63,9 @@ type wave struct {
 	slabBuf []byte // host engine: the slab holding the wave's reads
 }
 
+// slabStored returns the stored bytes of job j in the host engine's slab.
+func (w *wave) slabStored(j *job) []byte { return w.slabBuf[j.slabOff : j.slabOff+j.chunk.Length] }
+
 // readOp is one pread: Length bytes of a file at Offset into the slab.
 type readOp struct {
 	src     *source

@@ -82,9 +82,9 @@ func groupRemote(reads []readOp, slab []byte) (reqs []remoteReq, local []int) {
 // readRemote runs a wave that has ops on object stores: their GETs up to
 // Config.IOConcurrency at once, the local ops on the IO workers alongside.
 // The first failure cancels the rest.
-func (s *stages) readRemote(ctx context.Context, w *wave, slab []byte) error {
+func (s *stages) readRemote(ctx context.Context, w *wave, reads []readOp, slab []byte) error {
 	t := time.Now()
-	reqs, local := groupRemote(w.reads, slab)
+	reqs, local := groupRemote(reads, slab)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
@@ -100,13 +100,13 @@ func (s *stages) readRemote(ctx context.Context, w *wave, slab []byte) error {
 	var wg sync.WaitGroup
 	var n, transferred int64
 	for _, i := range local {
-		n += w.reads[i].length
+		n += reads[i].length
 	}
 	transferred = n
 	if len(local) > 0 {
 		wg.Go(func() {
 			err := s.io.Run(ctx, len(local), func(i int) error {
-				r := &w.reads[local[i]]
+				r := &reads[local[i]]
 				return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
 			}, nil)
 			if err != nil {

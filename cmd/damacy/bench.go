@@ -107,6 +107,7 @@ Examples:
 		fs.StringVar(&o.BoxesOut, "boxes-out", "", "write the boxes read to this JSON file (for the peers)")
 		fs.BoolVar(&o.Ceilings, "ceilings", true, "measure the ceilings after the run")
 		engine := fs.String("engine", "", "override run.engine: auto, host, cuda or cuda:N")
+		mapped := fs.String("mapped-files", "", "override run.mapped_files: auto, off, or a size")
 		fs.BoolVar(&o.Verify, "verify", false, "check the first batch popped (a warm-up batch when there is one) against the reference reader")
 		fs.DurationVar(&o.Duration, "duration", 0, "stream the measured batches for this long instead of the scenario's count, sampling memory and throughput every second")
 		return func(ctx context.Context, e *env, args []string) error {
@@ -125,6 +126,12 @@ Examples:
 					return usagef("--engine %v", err)
 				}
 				sc.Run.Engine = *engine
+			}
+			if *mapped != "" {
+				if _, err := bench.MappedFileBytes(*mapped); err != nil {
+					return usagef("--mapped-files %v", err)
+				}
+				sc.Run.MappedFiles = *mapped
 			}
 			if *ioConc != 0 {
 				if *ioConc < 1 || *ioConc > 4096 {

@@ -59,6 +59,16 @@ func (c *Files) Refresh(path string, fi os.FileInfo) {
 	}
 }
 
+// Size returns the size of the cached open file of path, as it was when
+// opened; ok is false when the file is not open in the cache.
+func (c *Files) Size(path string) (size int64, ok bool) {
+	o, ok := c.files.Peek(path)
+	if !ok {
+		return 0, false
+	}
+	return o.fi.Size(), true
+}
+
 // Close closes every cached file; reads still running keep theirs open
 // until they finish.
 func (c *Files) Close() { c.files.Purge() }

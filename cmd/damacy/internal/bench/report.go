@@ -50,6 +50,7 @@ type Report struct {
 	SamplesPerS  float64       `json:"samples_per_s"`  // samples / wall
 	SourceGBps   float64       `json:"source_gbps"`    // box bytes in the source dtype / wall
 	WireGBps     float64       `json:"wire_gbps"`      // bytes read / wall
+	MappedShare  float64       `json:"mapped_share"`   // of the bytes read, the share the GPU copied straight from mapped files
 	ReadAmp      float64       `json:"read_amplification"`
 	Stats        Stats         `json:"stats"`
 	Ceilings     []Ceiling     `json:"ceilings,omitempty"`
@@ -101,7 +102,7 @@ func newBenchStats(st pipeline.Stats) Stats {
 			"waves_emitted": st.WavesEmitted, "gpu_bytes_committed": st.GPUBytesCommitted,
 			"samples_emitted": st.SamplesEmitted, "chunks_decoded": st.ChunksDecoded,
 			"chunks_gpu": st.ChunksGPU, "chunks_redecoded": st.ChunksRedecoded, "chunks_fill": st.ChunksFill, "chunks_deduped": st.ChunksDeduped,
-			"read_ops": st.ReadOps, "bytes_read": st.BytesRead, "box_bytes": st.BoxBytes,
+			"read_ops": st.ReadOps, "bytes_read": st.BytesRead, "bytes_mapped": st.BytesMapped, "mapped_file_bytes": st.MappedFileBytes, "box_bytes": st.BoxBytes,
 			"output_bytes": st.OutputBytes, "chunk_cache_bytes": st.ChunkCacheBytes,
 			"chunk_cache_hits": st.ChunkCacheHits, "chunk_cache_misses": st.ChunkCacheMisses, "chunk_cache_evictions": st.ChunkCacheEvictions,
 			"remote_requests": st.RemoteRequests, "remote_retries": st.RemoteRetries,
@@ -143,7 +144,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	p("\n")
 	p("source       %.3f GB/s of box bytes in the source dtype\n", r.SourceGBps)
-	p("read         %.3f GB/s (wire), read amplification %.2f\n", r.WireGBps, r.ReadAmp)
+	p("read         %.3f GB/s (wire), read amplification %.2f, %.0f%% copied from mapped files\n", r.WireGBps, r.ReadAmp, 100*r.MappedShare)
 	p("\n")
 	p("%-18s %10s %7s %8s %10s %12s %12s\n", "stage", "time", "busy", "count", "best", "in", "out")
 	for _, s := range r.Stats.Stages {
@@ -155,7 +156,11 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	c := r.Stats.Counters
 	p("\n")
-	p("reads        %d ops, %s (%s per op)", c["read_ops"], base.FormatBytes(c["bytes_read"]), base.FormatBytes(c["bytes_read"]/max(c["read_ops"], 1)))
+	read := c["bytes_read"] - c["bytes_mapped"]
+	p("reads        %d ops, %s (%s per op)", c["read_ops"], base.FormatBytes(read), base.FormatBytes(read/max(c["read_ops"], 1)))
+	if c["bytes_mapped"] > 0 {
+		p("; %s copied from mapped files (%s mapped)", base.FormatBytes(c["bytes_mapped"]), base.FormatBytes(c["mapped_file_bytes"]))
+	}
 	if r.Data != nil {
 		p("; %d requests, %d retries", c["remote_requests"], c["remote_retries"])
 	}

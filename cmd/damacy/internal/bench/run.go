@@ -45,6 +45,7 @@ func pipelineConfig(sc *Scenario) pipeline.Config {
 	}
 	dt, _ := pipeline.ParseDtype(r.Dtype)
 	dev, _ := base.EngineDevice(r.Engine)
+	mapped, _ := MappedFileBytes(r.MappedFiles)
 	return pipeline.Config{
 		BatchSize:         r.BatchSize,
 		SampleShape:       shape,
@@ -56,6 +57,7 @@ func pipelineConfig(sc *Scenario) pipeline.Config {
 		IOConcurrency:     r.IOConcurrency,
 		MaxGPUMemoryBytes: int64(r.GPUCap),
 		ChunkCacheBytes:   int64(r.ChunkCache),
+		MappedFileBytes:   mapped,
 		Device:            dev,
 	}
 }
@@ -116,6 +118,7 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 	box := rep.boxBytes
 	rep.SourceGBps = float64(box) / w / 1e9
 	rep.WireGBps = float64(st.BytesRead) / w / 1e9
+	rep.MappedShare = base.Ratio(st.BytesMapped, st.BytesRead)
 	rep.ReadAmp = base.Ratio(st.BytesRead, box)
 	if strings.HasPrefix(rep.Device, "cuda") {
 		rep.Host.GPU, rep.Host.Driver = gpuLine(rep.Device)

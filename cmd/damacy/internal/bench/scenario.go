@@ -70,6 +70,10 @@ errors, and every value is checked; a message names the field at fault.
       "device_buffer": "1GiB",       decoded-chunk memory (0: the default)
       "chunk_cache": "256MiB",       a chunk cache of this size (decoded
                                      chunks kept across batches; 0: none)
+      "mapped_files": "auto",        CUDA engine: local files it may keep
+                                     mapped for the GPU to copy from
+                                     (Config.MappedFileBytes): auto (the
+                                     default), off, or a size
       "epochs": 3,                   read the measured batches' boxes this
                                      many times, each epoch after the first
                                      in another order; the report gives
@@ -128,6 +132,7 @@ type RunSpec struct {
 	Seed         uint64   `json:"seed"`
 	ChunkCache   ByteSize `json:"chunk_cache,omitempty"`
 	Epochs       int      `json:"epochs,omitempty"`
+	MappedFiles  string   `json:"mapped_files,omitempty"`
 
 	// IOConcurrency bounds the requests in flight to a remote dataset.
 	IOConcurrency int `json:"io_concurrency,omitempty"`
@@ -213,6 +218,25 @@ func (b *ByteSize) UnmarshalJSON(data []byte) error {
 }
 
 func (b ByteSize) String() string { return base.FormatBytes(int64(b)) }
+
+// MappedFileBytes resolves run.mapped_files into Config.MappedFileBytes:
+// "" or auto 0 (the pipeline's default), off -1, else a size.
+func MappedFileBytes(v string) (int64, error) {
+	switch v {
+	case "", "auto":
+		return 0, nil
+	case "off":
+		return -1, nil
+	}
+	b, err := parseByteSize(v)
+	if err == nil && b < 1<<20 {
+		err = fmt.Errorf("%v: want at least 1 MiB", b)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w (or auto, off)", err)
+	}
+	return int64(b), nil
+}
 
 // ScenarioError is a scenario file that cannot be used: the file and the
 // field at fault (a JSON path such as "dataset.chunk[1]").

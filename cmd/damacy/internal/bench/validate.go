@@ -293,6 +293,9 @@ func (r *RunSpec) validate(d *DatasetSpec) error {
 	if r.ChunkCache != 0 && r.ChunkCache < 1<<20 {
 		return fieldErr("run.chunk_cache", "%v: must be at least 1 MiB (0: no chunk cache)", r.ChunkCache)
 	}
+	if _, err := MappedFileBytes(r.MappedFiles); err != nil {
+		return fieldErr("run.mapped_files", "%v", err)
+	}
 	if r.Epochs < 0 || r.Epochs > 1000 {
 		return fieldErr("run.epochs", "%d: must be in 0..1000", r.Epochs)
 	}

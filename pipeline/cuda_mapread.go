@@ -1,0 +1,171 @@
+package pipeline
+
+import (
+	"sort"
+	"time"
+)
+
+// hostCopy is one piece of a wave's H2D copy: src to dst bytes from the
+// wave buffer's base.
+type hostCopy struct {
+	dst int64
+	src []byte
+}
+
+// mapReads takes the wave's reads of mapped files out of what the IO
+// workers pread: cw.mapped[i] holds the mapping read i is copied from
+// (until the wave retires). It returns the reads left to pread.
+func (e *cudaEngine) mapReads(cw *cudaWave) ([]readOp, error) {
+	cw.mapped = make([]*fileMap, len(cw.reads))
+	var rest []readOp
+	var n int64
+	for i := range cw.reads {
+		r := &cw.reads[i]
+		if r.src.dir != nil {
+			if path, err := r.src.dir.Path(r.key); err == nil {
+				if f := e.maps.acquire(path); f != nil {
+					cw.mapped[i] = f
+					if _, err := mappedRead(f, r); err != nil {
+						return nil, err
+					}
+					n += r.length
+					continue
+				}
+			}
+		}
+		rest = append(rest, *r)
+	}
+	if n > 0 {
+		e.stats.update(func(st *Stats) {
+			st.BytesRead += n
+			st.BytesMapped += n
+		})
+	} else {
+		cw.mapped = nil
+	}
+	return rest, nil
+}
+
+// heatUp counts the preads of local files and maps the files that have
+// now been read as many bytes as they hold.
+func (e *cudaEngine) heatUp(reads []readOp) {
+	var hot []string
+	for i := range reads {
+		r := &reads[i]
+		if r.src.dir == nil {
+			continue
+		}
+		path, err := r.src.dir.Path(r.key)
+		if err != nil {
+			continue
+		}
+		size, ok := e.fds.files.Size(path)
+		if ok && e.maps.note(path, r.length, size) {
+			hot = append(hot, path)
+		}
+	}
+	for _, path := range hot {
+		t := time.Now()
+		if err := e.maps.add(path); err != nil {
+			e.cfg.Logger.Debug("damacy: file not mapped; it is read into staging", "path", path, "reason", err)
+			continue
+		}
+		e.trace.span(Span{Stage: "map", Lane: "io stage", Batch: -1, Wave: -1, Start: t, End: time.Now()})
+	}
+	e.stats.update(func(st *Stats) { st.MappedFileBytes = e.maps.mapped() })
+}
+
+// releaseMaps gives back the mappings a wave's reads held.
+func (e *cudaEngine) releaseMaps(cw *cudaWave) {
+	for _, f := range cw.mapped {
+		if f != nil {
+			e.maps.release(f)
+		}
+	}
+	cw.mapped = nil
+}
+
+// stored returns how to find a job's stored bytes on the host: in the
+// slab, or in the mapping of its file.
+func (cw *cudaWave) stored(slab []byte) func(*job) []byte {
+	if cw.mapped == nil {
+		return func(j *job) []byte { return slab[j.slabOff : j.slabOff+j.chunk.Length] }
+	}
+	reads := cw.reads
+	return func(j *job) []byte {
+		i := sort.Search(len(reads), func(i int) bool { return reads[i].slabOff+reads[i].length > j.slabOff })
+		if i < len(reads) && cw.mapped[i] != nil {
+			return cw.mapped[i].data[j.chunk.Offset : j.chunk.Offset+j.chunk.Length]
+		}
+		return slab[j.slabOff : j.slabOff+j.chunk.Length]
+	}
+}
+
+// guard runs f, which reads the wave's stored bytes, through readMapped
+// when some of them are mapped.
+func (cw *cudaWave) guard(f func() error) error {
+	if cw.mapped == nil {
+		return f()
+	}
+	return readMapped(f)
+}
+
+// copied is the bytes of the wave's H2D copy.
+func (cw *cudaWave) copied() int64 {
+	if cw.h2d == nil {
+		return cw.used
+	}
+	var n int64
+	for _, c := range cw.h2d {
+		n += int64(len(c.src))
+	}
+	return n
+}
+
+// h2dCopies lists the copies that fill the wave buffer's staging when some
+// of the wave's reads are mapped: each mapped read from its file's pages
+// (neighbours in both the file and the slab as one copy), each run of
+// preads from the slab, and the slab's bytes from meta (where the reads
+// end: CPU-decoded chunks, nvCOMP's arguments, the assemble ops) to used.
+func (cw *cudaWave) h2dCopies(slab []byte, meta, used int64) []hostCopy {
+	var out []hostCopy
+	run := int64(-1) // start of the run of preads not yet listed
+	flush := func(end int64) {
+		if run >= 0 {
+			out = append(out, hostCopy{dst: run, src: slab[run:end]})
+			run = -1
+		}
+	}
+	var prev *fileMap // the file of the last copy listed, when mapped
+	for i := range cw.reads {
+		r, f := &cw.reads[i], cw.mapped[i]
+		if f == nil {
+			if run < 0 {
+				run = r.slabOff
+			}
+			prev = nil
+			continue
+		}
+		if i > 0 {
+			flush(cw.reads[i-1].slabOff + cw.reads[i-1].length)
+		}
+		if n := len(out); prev == f {
+			last := &out[n-1]
+			p := &cw.reads[i-1]
+			gap := r.slabOff - (p.slabOff + p.length)
+			if gap >= 0 && gap < 64<<10 && p.offset+p.length+gap == r.offset {
+				last.src = f.data[r.offset-(r.slabOff-last.dst) : r.offset+r.length]
+				continue
+			}
+		}
+		out = append(out, hostCopy{dst: r.slabOff, src: f.data[r.offset : r.offset+r.length]})
+		prev = f
+	}
+	if n := len(cw.reads); n > 0 {
+		flush(cw.reads[n-1].slabOff + cw.reads[n-1].length)
+	}
+	if meta < used {
+		out = append(out, hostCopy{dst: meta, src: slab[meta:used]})
+	}
+	return out
+}

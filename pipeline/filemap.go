@@ -1,0 +1,282 @@
+package pipeline
+
+import (
+	"container/list"
+	"errors"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
+
+	"github.com/damacy-go/damacy/cuda"
+)
+
+// fileMaps keeps hot local files mapped read-only and page-locked (mapped,
+// then registered with the driver), so that the CUDA engine copies their
+// chunks to the GPU straight out of the page cache: no pread into a
+// staging slab, which on a busy host costs a core per 2 GB/s or so, while
+// registering a mapping costs about one core per 30 GB/s, once.
+//
+// Files are taken not to change while mapped, as the shard index cache
+// takes them; with the chunk cache on, each batch checks its files and
+// refresh drops the mappings of those that changed.
+//
+// A file is mapped once preads have fetched as many bytes of it as it
+// holds (so a file read once, in a single pass over a large dataset, is
+// never mapped; one read again and again is, after its first pass). The
+// least recently used mappings no wave holds are dropped to make room; the
+// budget bounds the bytes mapped. Its methods are safe for concurrent use.
+type fileMaps struct {
+	ctx     cuda.Context
+	budget  int64 // bytes mapped at most
+	maxFile int64 // larger files are never mapped
+
+	mu    sync.Mutex
+	used  int64
+	files map[string]*fileMap
+	order *list.List       // of *fileMap, front = most recently used
+	heat  map[string]int64 // bytes pread from unmapped files; -1: never map
+}
+
+// fileMap is one mapped and registered file.
+type fileMap struct {
+	path    string
+	fi      os.FileInfo // of the file when mapped
+	data    []byte      // the whole file, read-only
+	mem     []byte      // the mapping: data and the rest of its last page
+	reg     *cuda.HostBuffer
+	refs    int // waves using it
+	elem    *list.Element
+	evicted bool // out of the table: unmapped once refs is 0
+}
+
+// maxHeat bounds the table of unmapped files' read bytes; past it the
+// table starts afresh.
+const maxHeat = 1 << 16
+
+// mappedFileBudget resolves Config.MappedFileBytes: 0 is an eighth of the
+// host's memory, at most 16 GiB; negative is none.
+func mappedFileBudget(c int64) int64 {
+	switch {
+	case c < 0:
+		return 0
+	case c == 0:
+		return min(physicalMemory()/8, 16<<30)
+	}
+	return c
+}
+
+func newFileMaps(ctx cuda.Context, budget int64) *fileMaps {
+	return &fileMaps{ctx: ctx, budget: budget, maxFile: budget / 4, files: map[string]*fileMap{}, order: list.New(), heat: map[string]int64{}}
+}
+
+// acquire returns the mapping of path, held until release, or nil when
+// the file is not mapped.
+func (m *fileMaps) acquire(path string) *fileMap {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.files[path]
+	if f == nil {
+		return nil
+	}
+	f.refs++
+	m.order.MoveToFront(f.elem)
+	return f
+}
+
+// release ends a use of f that acquire began; an evicted mapping is
+// unmapped by its last user.
+func (m *fileMaps) release(f *fileMap) {
+	m.mu.Lock()
+	f.refs--
+	drop := f.refs == 0 && f.evicted
+	m.mu.Unlock()
+	if drop {
+		m.unmap(f)
+	}
+}
+
+// note counts n bytes pread from path and reports whether the file has
+// now been read as many bytes as it holds (size), and should be mapped.
+func (m *fileMaps) note(path string, n, size int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.files[path] != nil {
+		return false
+	}
+	h := m.heat[path]
+	if h < 0 {
+		return false
+	}
+	if size > m.maxFile || size <= 0 {
+		m.heat[path] = -1
+		return false
+	}
+	if len(m.heat) >= maxHeat {
+		clear(m.heat)
+	}
+	h += n
+	m.heat[path] = h
+	return h >= size
+}
+
+// add maps path and registers it, making room by dropping the least
+// recently used mappings no wave holds. When the budget cannot make room
+// now it does nothing (a later note tries again); a file that cannot be
+// mapped or registered is never tried again.
+func (m *fileMaps) add(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	m.mu.Lock()
+	var drop []*fileMap
+	for e := m.order.Back(); e != nil && m.used+size > m.budget; {
+		prev := e.Prev()
+		if v := e.Value.(*fileMap); v.refs == 0 {
+			m.removeLocked(v)
+			drop = append(drop, v)
+		}
+		e = prev
+	}
+	fits := m.files[path] == nil && m.used+size <= m.budget
+	if fits {
+		m.used += size // reserved while mapping
+	}
+	m.mu.Unlock()
+	for _, v := range drop {
+		m.unmap(v)
+	}
+	if !fits {
+		return nil
+	}
+	fm, err := m.mapAndRegister(path, f, fi)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		m.used -= size
+		m.heat[path] = -1
+		return err
+	}
+	delete(m.heat, path)
+	fm.elem = m.order.PushFront(fm)
+	m.files[path] = fm
+	return nil
+}
+
+func (m *fileMaps) mapAndRegister(path string, f *os.File, fi os.FileInfo) (*fileMap, error) {
+	page := int64(os.Getpagesize())
+	mem, err := mapFile(f, (fi.Size()+page-1)/page*page)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := cuda.LockThread(m.ctx)
+	if err != nil {
+		unmapFile(mem)
+		return nil, err
+	}
+	defer unlock()
+	reg, err := cuda.HostRegister(mem, cuda.HostRegisterReadOnly|cuda.HostRegisterPortable)
+	if err != nil {
+		unmapFile(mem)
+		return nil, err
+	}
+	return &fileMap{path: path, fi: fi, data: mem[:fi.Size()], mem: mem, reg: reg}, nil
+}
+
+// refresh drops the mapping of path unless it is of the file fi describes
+// (the same file, size and modification time): a file replaced or
+// rewritten since it was mapped is read again, and mapped again once hot.
+func (m *fileMaps) refresh(path string, fi os.FileInfo) {
+	m.mu.Lock()
+	f := m.files[path]
+	stale := f != nil && (!os.SameFile(f.fi, fi) || f.fi.Size() != fi.Size() || !f.fi.ModTime().Equal(fi.ModTime()))
+	drop := false
+	if stale {
+		m.removeLocked(f)
+		delete(m.heat, path)
+		drop = f.refs == 0
+	}
+	m.mu.Unlock()
+	if drop {
+		m.unmap(f)
+	}
+}
+
+// removeLocked takes f out of the table; its bytes stay counted until it
+// is unmapped.
+func (m *fileMaps) removeLocked(f *fileMap) {
+	delete(m.files, f.path)
+	m.order.Remove(f.elem)
+	f.evicted = true
+}
+
+// unmap unregisters and unmaps f, which no wave holds any more.
+func (m *fileMaps) unmap(f *fileMap) {
+	if unlock, err := cuda.LockThread(m.ctx); err == nil {
+		_ = f.reg.Free()
+		unlock()
+	}
+	unmapFile(f.mem)
+	m.mu.Lock()
+	m.used -= f.fi.Size()
+	m.mu.Unlock()
+}
+
+// mapped returns the bytes mapped now.
+func (m *fileMaps) mapped() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.used
+}
+
+// close unmaps every file, held or not: the engine calls it once no wave
+// can read them (its run has returned and the GPU is idle).
+func (m *fileMaps) close() {
+	m.mu.Lock()
+	var drop []*fileMap
+	for _, f := range m.files {
+		m.removeLocked(f)
+		drop = append(drop, f)
+	}
+	m.mu.Unlock()
+	for _, f := range drop {
+		m.unmap(f)
+	}
+}
+
+// readMapped runs f, which reads mapped file bytes, turning a fault (the
+// file was truncated under its mapping) into ErrStorage rather than a
+// crash.
+func readMapped(f func() error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			var re runtime.Error
+			if e, ok := r.(error); ok && errors.As(e, &re) {
+				if a, ok := re.(interface{ Addr() uintptr }); ok {
+					err = errorf("read", ErrStorage, "", "a mapped file changed under the pipeline (truncated?): fault reading address %#x", a.Addr())
+					return
+				}
+			}
+			panic(r)
+		}
+	}()
+	return f()
+}
+
+// mappedRead is the stored bytes of read op r from its file's mapping, or
+// ErrDecode when the file is shorter than its index says.
+func mappedRead(f *fileMap, r *readOp) ([]byte, error) {
+	if r.offset < 0 || r.offset+r.length > int64(len(f.data)) {
+		return nil, errorf("read", ErrDecode, r.src.uri, "%s: truncated: %d bytes at offset %d, only %d there", r.key, r.length, r.offset, max(int64(len(f.data))-r.offset, 0))
+	}
+	return f.data[r.offset : r.offset+r.length : r.offset+r.length], nil
+}

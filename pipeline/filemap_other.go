@@ -1,0 +1,18 @@
+//go:build !linux
+
+package pipeline
+
+import (
+	"errors"
+	"os"
+)
+
+// mapFile is Linux-only: elsewhere files are always read into staging.
+func mapFile(*os.File, int64) ([]byte, error) {
+	return nil, errors.New("mapping files is supported on Linux only")
+}
+
+func unmapFile([]byte) {}
+
+// physicalMemory is unknown here: no file is mapped by default.
+func physicalMemory() int64 { return 0 }

@@ -1,0 +1,271 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/damacy-go/damacy/cuda/cudatest"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
+)
+
+// A file is mapped once preads have fetched as many bytes as it holds;
+// files above a quarter of the budget, and empty ones, never are.
+func TestFileMapsNote(t *testing.T) {
+	m := newFileMaps(0, 1000)
+	if m.note("a", 100, 200) {
+		t.Error("a file read half is hot")
+	}
+	if !m.note("a", 100, 200) {
+		t.Error("a file read whole is not hot")
+	}
+	for _, n := range []int64{10, 1000} {
+		if m.note("big", n, 251) {
+			t.Errorf("a file above a quarter of the budget is hot after %d bytes", n)
+		}
+	}
+	if m.note("empty", 10, 0) {
+		t.Error("an empty file is hot")
+	}
+	if !m.note("b", 250, 250) {
+		t.Error("a file of a quarter of the budget read whole is not hot")
+	}
+}
+
+// h2dCopies must put into the wave buffer's staging exactly what one copy
+// of a slab holding every read would: each read's file bytes at its slab
+// offset, and the slab's bytes from meta to used; never outside [0, used)
+// and never two copies on one byte. Mapped neighbours merge.
+func TestH2DCopies(t *testing.T) {
+	seed := zarrtest.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for round := range 300 {
+		files := make([]*fileMap, 3)
+		for i := range files {
+			files[i] = &fileMap{data: randomBytes(rng, 1<<14)}
+		}
+		slab := randomBytes(rng, 1<<16)
+		cw := &cudaWave{wave: &wave{}}
+		at := int64(0)
+		fileOf := make([]int, 0)
+		for range rng.IntN(12) {
+			f := rng.IntN(len(files))
+			off, n := rng.Int64N(1<<13), 1+rng.Int64N(1<<10)
+			if k := len(cw.reads); k > 0 && fileOf[k-1] == f && rng.IntN(2) == 0 {
+				// Continues the previous read in both the file and
+				// the slab (gap equal in both).
+				p := cw.reads[k-1]
+				gap := rng.Int64N(300)
+				off = p.offset + p.length + gap
+				at = p.slabOff + p.length + gap
+				if off+n > 1<<14 {
+					continue
+				}
+			}
+			cw.reads = append(cw.reads, readOp{offset: off, length: n, slabOff: at})
+			fileOf = append(fileOf, f)
+			at = align(at + n)
+		}
+		cw.mapped = make([]*fileMap, len(cw.reads))
+		any := false
+		for i := range cw.reads {
+			if rng.IntN(3) > 0 {
+				cw.mapped[i] = files[fileOf[i]]
+				any = true
+			}
+		}
+		if !any {
+			continue
+		}
+		meta := at
+		used := meta + rng.Int64N(1<<12)
+		want := make([]byte, used)
+		defined := make([]bool, used)
+		for i, r := range cw.reads {
+			src := slab[r.slabOff : r.slabOff+r.length]
+			if f := cw.mapped[i]; f != nil {
+				src = f.data[r.offset : r.offset+r.length]
+			}
+			copy(want[r.slabOff:], src)
+			for k := r.slabOff; k < r.slabOff+r.length; k++ {
+				defined[k] = true
+			}
+		}
+		copy(want[meta:], slab[meta:used])
+		for k := meta; k < used; k++ {
+			defined[k] = true
+		}
+		got := make([]byte, used)
+		written := make([]bool, used)
+		copies := cw.h2dCopies(slab, meta, used)
+		for _, c := range copies {
+			if c.dst < 0 || c.dst+int64(len(c.src)) > used {
+				t.Fatalf("round %d: copy of %d bytes to %d outside [0, %d)", round, len(c.src), c.dst, used)
+			}
+			for k := c.dst; k < c.dst+int64(len(c.src)); k++ {
+				if written[k] {
+					t.Fatalf("round %d: byte %d copied twice", round, k)
+				}
+				written[k] = true
+			}
+			copy(got[c.dst:], c.src)
+		}
+		for k := range used {
+			if defined[k] && (!written[k] || got[k] != want[k]) {
+				t.Fatalf("round %d: staging byte %d: written %v, %d, want %d (reads %+v)", round, k, written[k], got[k], want[k], cw.reads)
+			}
+		}
+		if len(copies) > len(cw.reads)+1 {
+			t.Fatalf("round %d: %d copies for %d reads", round, len(copies), len(cw.reads))
+		}
+	}
+}
+
+// A mapped file truncated under its mapping gives ErrStorage from
+// readMapped rather than a crash; other panics pass through.
+func TestReadMappedTruncated(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("files are mapped on Linux only")
+	}
+	path := filepath.Join(t.TempDir(), "shard")
+	if err := os.WriteFile(path, bytes.Repeat([]byte{7}, 3*os.Getpagesize()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mem, err := mapFile(f, int64(3*os.Getpagesize()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmapFile(mem)
+	if err := readMapped(func() error {
+		if mem[len(mem)-1] != 7 {
+			return errors.New("wrong byte")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	var b byte
+	err = readMapped(func() error { b = mem[len(mem)-1]; return nil })
+	if !errors.Is(err, ErrStorage) {
+		t.Fatalf("reading a truncated mapping: %v (byte %d); want ErrStorage", err, b)
+	}
+	defer func() {
+		if r := recover(); r != "other" {
+			t.Errorf("recovered %v, want the panic to pass through", r)
+		}
+	}()
+	_ = readMapped(func() error { panic("other") })
+}
+
+// The CUDA engine maps the files epochs read again and copies their
+// chunks to the GPU straight from the mappings: the batches are the host
+// engine's, bit for bit, with mappings on (the default budget, and one too
+// small for every file, so that mappings are dropped and made again) and
+// off; mapped bytes never exceed the budget; and a file truncated under
+// its mapping fails its batch with ErrStorage instead of crashing.
+func TestMappedFilesCUDA(t *testing.T) {
+	cudatest.MustHaveGPU(t)
+	dir := t.TempDir()
+	seed := zarrtest.Seed(t)
+	paths := writeCacheCases(t, dir, seed)
+	rng := rand.New(rand.NewPCG(seed, 12))
+	ext := []int{20, 24, 17}
+	epochs := epochSamples(t, rng, paths, ext, 48, 4)
+	cfg := Config{BatchSize: 6, SampleShape: ext, Dtype: F32, HostBufferBytes: 16 << 20, DeviceBufferBytes: 4 << 20, MaxChunkBytes: 64 << 10}
+	hcfg := cfg
+	hcfg.Device = "cpu"
+	want := runEpochs(t, newChecked(t, hcfg), epochs)
+	var largest int64
+	for _, p := range paths {
+		filepath.WalkDir(p, func(_ string, d fs.DirEntry, _ error) error {
+			if fi, err := d.Info(); err == nil && fi.Mode().IsRegular() {
+				largest = max(largest, fi.Size())
+			}
+			return nil
+		})
+	}
+	for _, budget := range []int64{-1, 0, 4 * largest} {
+		t.Run(fmt.Sprintf("budget=%d", budget), func(t *testing.T) {
+			c := cfg
+			c.MappedFileBytes = budget
+			p := newCUDAPipeline(t, c, true)
+			got := runEpochs(t, p, epochs)
+			compareRuns(t, got, want, epochs, cfg.BatchSize)
+			last := got.stats[len(got.stats)-1]
+			t.Logf("last epoch: %d bytes read, %d of them mapped; %d bytes mapped", last.BytesRead, last.BytesMapped, last.MappedFileBytes)
+			switch {
+			case budget < 0 && (last.BytesMapped != 0 || last.MappedFileBytes != 0):
+				t.Errorf("mappings off: %d bytes mapped, %d copied from mappings", last.MappedFileBytes, last.BytesMapped)
+			case budget >= 0 && last.BytesMapped == 0:
+				t.Errorf("budget %d: the last epoch copied nothing from mapped files", budget)
+			case budget > 0 && last.MappedFileBytes > budget:
+				t.Errorf("budget %d: %d bytes mapped", budget, last.MappedFileBytes)
+			}
+		})
+	}
+	// Truncate every file under its mappings: the next batches fail with
+	// ErrStorage (or ErrDecode, for a file shorter than its index says,
+	// where a read finds it so), and nothing crashes.
+	p := newCUDAPipeline(t, cfg, true)
+	got := runEpochs(t, p, epochs[:3])
+	if last := got.stats[len(got.stats)-1]; last.BytesMapped == 0 {
+		t.Fatal("nothing mapped after three epochs")
+	}
+	for _, path := range paths {
+		filepath.WalkDir(path, func(f string, d fs.DirEntry, _ error) error {
+			if d.Type().IsRegular() && d.Name() != "zarr.json" {
+				if err := os.Truncate(f, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return nil
+		})
+	}
+	if err := p.Push(epochs[3]...); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 0; ; i++ {
+		b, err := p.Pop(ctx)
+		if err != nil {
+			if !errors.Is(err, ErrStorage) && !errors.Is(err, ErrDecode) {
+				t.Fatalf("batch %d of truncated files: %v; want ErrStorage or ErrDecode", i, err)
+			}
+			t.Logf("batch %d of truncated files: %v", i, err)
+			break
+		}
+		b.Release()
+		if (i+1)*cfg.BatchSize >= len(epochs[3]) {
+			t.Fatal("every batch of truncated files succeeded")
+		}
+	}
+}
+
+// randomBytes returns n random bytes.
+func randomBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
