@@ -575,6 +575,79 @@ func TestHostMap(t *testing.T) {
 	}
 }
 
+// CopyHtoDBatch puts every piece where asked (destinations shuffled,
+// some empty) and nothing elsewhere.
+func TestCopyHtoDBatch(t *testing.T) {
+	cudatest.MustHaveGPU(t)
+	e := cudatest.Executor(t)
+	r := newRand(t)
+	const n = 1 << 20
+	do(t, e, func() error {
+		h, err := cuda.HostMap(n)
+		if err != nil {
+			return err
+		}
+		defer h.Free()
+		copy(h.Bytes(), randomBytes(r, n))
+		d, err := cuda.MemAlloc(2 * n)
+		if err != nil {
+			return err
+		}
+		defer d.Free()
+		s, err := cuda.NewStream(cuda.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		for round := range 20 {
+			if err := s.MemsetD8(d, 0xab, 2*n); err != nil {
+				return err
+			}
+			want := bytes.Repeat([]byte{0xab}, 2*n)
+			var copies []cuda.HostCopy
+			dst := 0
+			for dst < 2*n-4096 && len(copies) < 1+round*20 {
+				k := r.IntN(4096)
+				if r.IntN(8) == 0 {
+					k = 0
+				}
+				src := r.IntN(n - k)
+				copies = append(copies, cuda.HostCopy{Dst: d + cuda.DevicePtr(dst), Src: h.Bytes()[src : src+k]})
+				copy(want[dst:], h.Bytes()[src:src+k])
+				dst += k + r.IntN(64)
+			}
+			r.Shuffle(len(copies), func(i, j int) { copies[i], copies[j] = copies[j], copies[i] })
+			if err := s.CopyHtoDBatch(copies); err != nil {
+				return fmt.Errorf("round %d, %d copies: %w", round, len(copies), err)
+			}
+			got := make([]byte, 2*n)
+			if err := s.CopyDtoH(got, d); err != nil {
+				return err
+			}
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+			if i := firstDiffAt(got, want); i >= 0 {
+				return fmt.Errorf("round %d, %d copies: byte %d is %#x, want %#x", round, len(copies), i, got[i], want[i])
+			}
+		}
+		return nil
+	})
+}
+
+// firstDiffAt returns the first index where a and b differ, or -1.
+func firstDiffAt(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}
+
 func TestPointerAttributes(t *testing.T) {
 	dev := cudatest.MustHaveGPU(t)
 	e := cudatest.Executor(t)

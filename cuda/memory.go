@@ -342,6 +342,76 @@ func (s Stream) CopyHtoD(dst DevicePtr, src []byte) error {
 	return checkArg("cuMemcpyHtoDAsync_v2", bytesArg(len(src)), d.cuMemcpyHtoDAsync_v2(dst, unsafe.Pointer(&src[0]), uintptr(len(src)), s))
 }
 
+// HostCopy is one copy of a batch: Src (page-locked host memory) to Dst.
+type HostCopy struct {
+	Dst DevicePtr
+	Src []byte
+}
+
+// memcpyAttributes is a CUmemcpyAttributes.
+type memcpyAttributes struct {
+	_              structs.HostLayout
+	srcAccessOrder uint32 // CUmemcpySrcAccessOrder
+	srcLocType     uint32 // CUmemLocation srcLocHint
+	srcLocID       int32
+	dstLocType     uint32 // CUmemLocation dstLocHint
+	dstLocID       int32
+	flags          uint32
+}
+
+// memcpySrcAccessOrderStream is CU_MEMCPY_SRC_ACCESS_ORDER_STREAM: the
+// sources are read in stream order.
+const memcpySrcAccessOrderStream = 1
+
+// CopyHtoDBatch queues copies, from page-locked host memory to the
+// device, on the stream in one call where the driver has
+// cuMemcpyBatchAsync (CUDA 12.8 and later; cuMemcpyBatchAsync_v2 from
+// 13.0), else one cuMemcpyHtoDAsync_v2 each. The batch runs in stream
+// order as a whole, the copies within it in no given order: their
+// destinations must not overlap. The sources must stay page-locked and
+// unchanged until the stream has passed the batch. Empty copies are
+// skipped.
+func (s Stream) CopyHtoDBatch(copies []HostCopy) error {
+	d, err := api()
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, c := range copies {
+		if len(c.Src) > 0 {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if n == 1 || (d.cuMemcpyBatchAsync_v2 == nil && d.cuMemcpyBatchAsync == nil) {
+		for _, c := range copies {
+			if err := s.CopyHtoD(c.Dst, c.Src); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	dsts, srcs, sizes := make([]DevicePtr, 0, n), make([]DevicePtr, 0, n), make([]uintptr, 0, n)
+	var total int
+	for _, c := range copies {
+		if len(c.Src) > 0 {
+			dsts = append(dsts, c.Dst)
+			srcs = append(srcs, DevicePtr(unsafe.Pointer(&c.Src[0])))
+			sizes = append(sizes, uintptr(len(c.Src)))
+			total += len(c.Src)
+		}
+	}
+	attrs := memcpyAttributes{srcAccessOrder: memcpySrcAccessOrderStream}
+	var idx uintptr
+	if d.cuMemcpyBatchAsync_v2 != nil {
+		return checkArg("cuMemcpyBatchAsync_v2", bytesArg(total), d.cuMemcpyBatchAsync_v2(&dsts[0], &srcs[0], &sizes[0], uintptr(n), &attrs, &idx, 1, s))
+	}
+	var fail uintptr
+	return checkArg("cuMemcpyBatchAsync", bytesArg(total), d.cuMemcpyBatchAsync(&dsts[0], &srcs[0], &sizes[0], uintptr(n), &attrs, &idx, 1, &fail, s))
+}
+
 // CopyDtoH queues a copy of len(dst) bytes from src into dst on the
 // stream. dst should be page-locked memory (HostBuffer.Bytes); it must
 // stay alive, and its contents are valid only once the stream has passed

@@ -67,6 +67,8 @@ type driver struct {
 	cuMemcpyHtoDAsync_v2         func(dst DevicePtr, src unsafe.Pointer, bytes uintptr, s Stream) Result
 	cuMemcpyDtoHAsync_v2         func(dst unsafe.Pointer, src DevicePtr, bytes uintptr, s Stream) Result
 	cuMemcpyDtoDAsync_v2         func(dst, src DevicePtr, bytes uintptr, s Stream) Result
+	cuMemcpyBatchAsync_v2        func(dsts, srcs *DevicePtr, sizes *uintptr, count uintptr, attrs *memcpyAttributes, attrsIdxs *uintptr, numAttrs uintptr, s Stream) Result                   // optional: CUDA 13.0
+	cuMemcpyBatchAsync           func(dsts, srcs *DevicePtr, sizes *uintptr, count uintptr, attrs *memcpyAttributes, attrsIdxs *uintptr, numAttrs uintptr, failIdx *uintptr, s Stream) Result // optional: CUDA 12.8
 	cuMemsetD8_v2                func(dst DevicePtr, v uint8, n uintptr) Result
 	cuMemsetD8Async              func(dst DevicePtr, v uint8, n uintptr, s Stream) Result
 	cuMemsetD16Async             func(dst DevicePtr, v uint16, n uintptr, s Stream) Result
@@ -155,6 +157,8 @@ func (d *driver) symbols() []symbol {
 		{"cuMemcpyDtoH_v2", &d.cuMemcpyDtoH_v2, false},
 		{"cuMemcpyDtoD_v2", &d.cuMemcpyDtoD_v2, false},
 		{"cuMemcpyHtoDAsync_v2", &d.cuMemcpyHtoDAsync_v2, false},
+		{"cuMemcpyBatchAsync_v2", &d.cuMemcpyBatchAsync_v2, true},
+		{"cuMemcpyBatchAsync", &d.cuMemcpyBatchAsync, true},
 		{"cuMemcpyDtoHAsync_v2", &d.cuMemcpyDtoHAsync_v2, false},
 		{"cuMemcpyDtoDAsync_v2", &d.cuMemcpyDtoDAsync_v2, false},
 		{"cuMemsetD8_v2", &d.cuMemsetD8_v2, false},

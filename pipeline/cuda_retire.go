@@ -75,7 +75,10 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 	}
 	e.slabs <- cw.slab
 	cw.slab = nil
-	if err := e.wait(b.done, "assemble"); err != nil {
+	tw := time.Now()
+	err := e.wait(b.done, "assemble")
+	e.trace.span(Span{Stage: "wait", Lane: "retire", Batch: cw.batch.req.id, Wave: cw.index, Start: tw, End: time.Now()})
+	if err != nil {
 		cw.err = err
 		if errors.Is(err, errStuck) {
 			cw.buf = nil

@@ -52,6 +52,7 @@ type cudaEngine struct {
 	memEnd    cuda.DevicePtr     // the end of mem
 	bufs      []*waveBuf
 	bufFree   chan *waveBuf
+	nextBuf   int // index of the buffer bufFree gives next (prepare goroutine only)
 	pool      *slotPool
 	slotMem   []cuda.DevicePtr
 	layout    ptx.Layout
@@ -70,6 +71,7 @@ type cudaEngine struct {
 // as is the chunk cache, which lies after the last wave buffer in the same
 // allocation (offsets from base to it are positive).
 type waveBuf struct {
+	index    int // in cudaEngine.bufs
 	base     cuda.DevicePtr
 	arena    int64 // offset of the arena from base
 	size     int64
@@ -80,7 +82,8 @@ type waveBuf struct {
 	decStart cuda.Event       // when the decode stream reaches the wave,
 	dec      cuda.Event       // after decoding,
 	done     cuda.Event       // after assembly
-	plan     *ptx.Plan        // the assemble plan of the wave using the buffer
+	plans    [2]*ptx.Plan     // the assemble plans of the waves using the buffer, in turn: the next wave's is laid out while the last one's may still be redone
+	uses     int              // waves that took the buffer (prepare goroutine only)
 }
 
 // newCUDAEngine starts the CUDA engine on GPU ordinal; withNVCOMP false
@@ -219,7 +222,7 @@ func (e *cudaEngine) setup(withNVCOMP bool, ph *phases) error {
 		e.memEnd = e.mem + cuda.DevicePtr(memBytes)
 		e.bufFree = make(chan *waveBuf, cudaWaveBufs)
 		for i := range cudaWaveBufs {
-			b := &waveBuf{base: e.mem + cuda.DevicePtr(int64(i)*bufSize), arena: slab, size: bufSize}
+			b := &waveBuf{index: i, base: e.mem + cuda.DevicePtr(int64(i)*bufSize), arena: slab, size: bufSize}
 			e.bufs = append(e.bufs, b)
 			if b.summary, err = cuda.MemAlloc(ptx.StatusSummarySize); err != nil {
 				return err
@@ -284,8 +287,10 @@ func (e *cudaEngine) reserve(shape []int) error {
 	e.lim.slab -= e.metaRes
 	for _, b := range e.bufs {
 		var err error
-		if b.plan, err = ptx.NewPlan(e.layout); err != nil {
-			return newError("new", ErrInvalid, "", err)
+		for k := range b.plans {
+			if b.plans[k], err = ptx.NewPlan(e.layout); err != nil {
+				return newError("new", ErrInvalid, "", err)
+			}
 		}
 	}
 	bytes := e.layout.Bytes()

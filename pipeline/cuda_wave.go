@@ -285,46 +285,26 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		cpuBytes += int64(j.layout.Bytes())
 	}
 	e.split.cpuDone(cpuBytes, time.Since(t))
-	// Only now take a wave buffer: the CPU work above overlaps the GPU's
-	// work on the waves before.
-	t = time.Now()
-	select {
-	case cw.buf = <-e.bufFree:
-	case <-ctx.Done():
-		fail(ctx.Err())
-		return
-	}
-	e.split.waited(time.Since(t))
+	// Where decoded chunks land, as offsets from a wave buffer's base (the
+	// arena lies at the same offset in every buffer).
+	arenaAt := e.bufs[0].arena
 	cw.spill = cw.spill[:0]
 	for _, j := range spill {
-		where[j] = cw.buf.arena + j.decOff
-		cw.spill = append(cw.spill, spillCopy{dst: cw.buf.arena + j.decOff, src: spillBuf[j.decOff : j.decOff+int64(j.layout.Bytes())]})
+		where[j] = arenaAt + j.decOff
+		cw.spill = append(cw.spill, spillCopy{dst: arenaAt + j.decOff, src: spillBuf[j.decOff : j.decOff+int64(j.layout.Bytes())]})
 	}
-	// nvCOMP's argument arrays: ptrs, sizes, out ptrs, capacities, actual
-	// sizes, expected sizes (8 bytes each), then statuses; zstd entries
-	// first, then LZ4.
 	cw.ents = append(zstdEnts, lz4Ents...)
 	cw.nZstd = len(zstdEnts)
 	var arena int64
-	base := int64(cw.buf.base)
 	for _, en := range cw.ents {
 		j := en.job
-		where[j] = cw.buf.arena + j.decOff
+		where[j] = arenaAt + j.decOff
 		arena = max(arena, j.decOff+int64(j.layout.Bytes()))
 	}
-	n := int64(len(cw.ents))
-	cw.descOff = end
-	desc := slab[end : end+n*jobDescBytes]
-	for i, en := range cw.ents {
-		put := func(k int, v uint64) { binary.LittleEndian.PutUint64(desc[(int64(k)*n+int64(i))*8:], v) }
-		put(0, uint64(base+en.in))
-		put(1, uint64(en.inLen))
-		put(2, uint64(base+cw.buf.arena+en.job.decOff+en.out))
-		put(3, uint64(en.size))
-		put(4, 0)
-		put(5, uint64(en.size))
+	if room := e.bufs[0].size - arenaAt - arenaGuard; arena > room {
+		fail(errorf("plan", ErrBudget, "", "wave layout overflow: %d arena bytes of %d (a planning bug)", arena, room))
+		return
 	}
-	end += align(n*jobDescBytes + n*statusBytes)
 	// Room in the chunk cache for what the wave decodes; submit queues the
 	// copies, retire publishes the entries once the wave is sound.
 	if e.chunks != nil {
@@ -338,13 +318,67 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 			}
 		}
 	}
-	// The assemble ops, with every source addressed from the buffer base:
-	// chunk cache hits too, the cache lying after the wave buffers.
-	toCache := int64(e.cacheAt - cw.buf.base)
-	p, err := planFor(cw.buf.plan, len(w.batch.req.samples))
-	if err != nil {
+	// Buffers come back in the order they were taken, so the buffer this
+	// wave gets is known before it is free: lay the wave out for it now,
+	// while the GPU still works on the buffer's last wave, and take it
+	// only then (the CPU work above overlaps the GPU's work too).
+	next := e.bufs[e.nextBuf]
+	if err := e.layOut(cw, next, slab, meta, end, where); err != nil {
 		fail(err)
 		return
+	}
+	t = time.Now()
+	select {
+	case cw.buf = <-e.bufFree:
+	case <-ctx.Done():
+		fail(ctx.Err())
+		return
+	}
+	e.split.waited(time.Since(t))
+	e.nextBuf = (cw.buf.index + 1) % cudaWaveBufs
+	if cw.buf != next {
+		if err := e.layOut(cw, cw.buf, slab, meta, end, where); err != nil {
+			fail(err)
+			return
+		}
+	}
+	cw.buf.uses++
+}
+
+// layOut writes what the wave's H2D copy carries after the chunks (from
+// end in the slab) for wave buffer b: nvCOMP's argument arrays (device
+// addresses in b), then the assemble ops and blocks; and lists the copy.
+// where gives each decoded chunk's offset from a buffer's base.
+func (e *cudaEngine) layOut(cw *cudaWave, b *waveBuf, slab []byte, meta, end int64, where map[*job]int64) error {
+	w := cw.wave
+	t := time.Now()
+	defer func() {
+		e.trace.span(Span{Stage: "layout", Lane: "prepare", Batch: w.batch.req.id, Wave: w.index, Start: t, End: time.Now()})
+	}()
+	// nvCOMP's argument arrays: ptrs, sizes, out ptrs, capacities, actual
+	// sizes, expected sizes (8 bytes each), then statuses; zstd entries
+	// first, then LZ4.
+	base := int64(b.base)
+	n := int64(len(cw.ents))
+	cw.descOff = end
+	desc := slab[end : end+n*jobDescBytes]
+	for i, en := range cw.ents {
+		put := func(k int, v uint64) { binary.LittleEndian.PutUint64(desc[(int64(k)*n+int64(i))*8:], v) }
+		put(0, uint64(base+en.in))
+		put(1, uint64(en.inLen))
+		put(2, uint64(base+where[en.job]+en.out))
+		put(3, uint64(en.size))
+		put(4, 0)
+		put(5, uint64(en.size))
+	}
+	end += align(n*jobDescBytes + n*statusBytes)
+	// The assemble ops, with every source addressed from the buffer base:
+	// chunk cache hits too, the cache lying after the wave buffers. The
+	// buffer's plans take turns: its last wave's may still be redone.
+	toCache := int64(e.cacheAt - b.base)
+	p, err := planFor(b.plans[b.uses%len(b.plans)], len(w.batch.req.samples))
+	if err != nil {
+		return err
 	}
 	if _, err := e.assemblePlan(p, w, func(j *job) int64 {
 		if j.hit != nil {
@@ -352,14 +386,12 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		}
 		return where[j]
 	}); err != nil {
-		fail(err)
-		return
+		return err
 	}
 	cw.plan = p
 	ops, blocks := ptx.OpBytes(p.Ops()), ptx.BlockOpBytes(p.BlockOps())
 	if end+align(int64(len(ops)))+int64(len(blocks)) > int64(len(slab)) {
-		fail(errorf("plan", ErrBudget, "", "wave layout overflow: %d ops and %d blocks do not fit the %d-byte slab (a planning bug)", len(p.Ops()), len(p.BlockOps()), len(slab)))
-		return
+		return errorf("plan", ErrBudget, "", "wave layout overflow: %d ops and %d blocks do not fit the %d-byte slab (a planning bug)", len(p.Ops()), len(p.BlockOps()), len(slab))
 	}
 	cw.opsOff = end
 	copy(slab[end:], ops)
@@ -367,15 +399,15 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	cw.blkOff = end
 	copy(slab[end:], blocks)
 	end = align(end + int64(len(blocks)))
-	if end > int64(len(slab)) || arena > cw.buf.size-cw.buf.arena-arenaGuard {
-		fail(errorf("plan", ErrBudget, "", "wave layout overflow: %d staging bytes of %d, %d arena bytes of %d (a planning bug)", end, len(slab), arena, cw.buf.size-cw.buf.arena-arenaGuard))
-		return
+	if end > int64(len(slab)) {
+		return errorf("plan", ErrBudget, "", "wave layout overflow: %d staging bytes of %d (a planning bug)", end, len(slab))
 	}
 	cw.used = end
 	cw.h2d = nil
 	if cw.mapped != nil {
 		cw.h2d = cw.h2dCopies(slab, meta, end)
 	}
+	return nil
 }
 
 // submit queues a prepared wave on the GPU: H2D on the copy stream, nvCOMP
@@ -386,6 +418,10 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 	slab := cw.slab.Bytes()
 	n := len(cw.ents)
 	first := cw.index == 0
+	t := time.Now()
+	defer func() {
+		e.trace.span(Span{Stage: "submit", Lane: "submit", Batch: cw.batch.req.id, Wave: cw.index, Start: t, End: time.Now()})
+	}()
 	err := e.ex.Do(func() error {
 		if err := b.start.Record(e.copyS); err != nil {
 			return err
@@ -395,8 +431,12 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 				return err
 			}
 		}
-		for _, c := range cw.h2d {
-			if err := e.copyS.CopyHtoD(b.base+cuda.DevicePtr(c.dst), c.src); err != nil {
+		if cw.h2d != nil {
+			copies := make([]cuda.HostCopy, len(cw.h2d))
+			for i, c := range cw.h2d {
+				copies[i] = cuda.HostCopy{Dst: b.base + cuda.DevicePtr(c.dst), Src: c.src}
+			}
+			if err := e.copyS.CopyHtoDBatch(copies); err != nil {
 				return err
 			}
 		}

@@ -10,8 +10,8 @@ import (
 // to draw where the time goes (per batch and wave, per IO and CPU worker,
 // per CUDA stream) in a trace viewer.
 type Span struct {
-	Stage string // "plan", "read", "check", "decode", "assemble", "h2d", "pop"
-	Lane  string // where it ran: "planner", "io worker 3", "cpu worker 0", "copy stream", "decode stream", "assemble stream", "consumer"
+	Stage string // "plan", "read", "map", "check", "decode", "layout", "submit", "h2d", "assemble", "wait", "pop"
+	Lane  string // where it ran: "planner", "io worker 3", "io stage", "cpu worker 0", "prepare", "submit", "copy stream", "decode stream", "assemble stream", "retire", "consumer"
 	Batch int64  // the batch's ID (-1: none)
 	Wave  int    // the wave within the batch (-1: the whole batch)
 	Start time.Time

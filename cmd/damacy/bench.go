@@ -82,9 +82,10 @@ the call to pipeline.New to the first batch popped.
 chrome://tracing): the run's phases, each pop and consumer hold, and the
 pipeline's stage spans on one row per lane: the planner, each IO worker
 (its reads of each wave), each CPU worker (its decoding of each wave), and
-on the CUDA engine the copy, decode and assemble streams (each wave's H2D
-copy, nvCOMP decode and assembly, placed on the host clock from CUDA
-events).
+on the CUDA engine each wave's layout (prepare) and submission (submit),
+the retire thread's wait for it (retire), the mapping of hot files (io
+stage), and the copy, decode and assemble streams (each wave's H2D copy,
+nvCOMP decode and assembly, placed on the host clock from CUDA events).
 
 SCENARIO is a file or a built-in name: ` + strings.Join(bench.BuiltinNames(), ", ") + `.
 

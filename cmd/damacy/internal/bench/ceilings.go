@@ -163,8 +163,16 @@ func preadReplay(ctx context.Context, bs *boxSet, rg *rig, rp *replanned, st pip
 	c.GBps = float64(n) / el.Seconds() / 1e9
 	if n > 0 {
 		// The run needs BytesRead per OutputBytes; the replay reads only
-		// the chunks, so scale by what the run actually read.
-		c.OutputGBps = c.GBps * float64(st.OutputBytes) / float64(max(st.BytesRead, n))
+		// the chunks, so scale by what the run actually read, less what
+		// the GPU copied straight from mapped files (no pread): a run that
+		// read everything so is not bound by preads at all.
+		preads := max(st.BytesRead, n) - st.BytesMapped
+		if preads*100 < st.BytesRead {
+			c.Limits = false
+			c.Detail += fmt.Sprintf("; the run copied %.0f%% of its bytes from mapped files", 100*base.Ratio(st.BytesMapped, st.BytesRead))
+			preads = max(preads, 1)
+		}
+		c.OutputGBps = c.GBps * float64(st.OutputBytes) / float64(preads)
 	}
 	return c, nil
 }
