@@ -15,7 +15,7 @@ done
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$san" ]; then
   (cd "$root/pipeline" && timeout 300 "$san" --tool memcheck --leak-check full \
-    "$root/.gpu/pipeline.test" -test.run 'TestCUDAEngine(MatchesHost|Fixtures|Redo)|TestChunkCacheCUDAEpochs' -test.v) >"$out/sanitizer.log" 2>&1
+    "$root/.gpu/pipeline.test" -test.run 'TestCUDAEngine(MatchesHost|Fixtures|Redo)|TestChunkCacheCUDAEpochs|TestMappedFilesCUDA' -test.v) >"$out/sanitizer.log" 2>&1
   echo "== compute-sanitizer (exit $?)"
   grep -E "ERROR SUMMARY|LEAK SUMMARY|^(ok|FAIL|PASS)" "$out/sanitizer.log"
 fi

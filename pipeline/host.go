@@ -401,7 +401,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 	go func() {
 		defer wg.Done()
 		h.plan(ctx, reqs, planned, func(j *job) {
-			j.slabCost, j.arenaCost = j.chunk.Length, int64(j.layout.Bytes())
+			j.slabCost, j.arenaCost = j.chunk.Length, int64(j.layout.Bytes())+zarr.DecodeSlack
 		})
 	}()
 	go func() {
@@ -475,7 +475,7 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 	arena := h.arena
 	if err := h.decodeCPU(ctx, w, w.slabStored, func(*job) bool { return true }, func(j *job) []byte {
 		end := j.decOff + int64(j.layout.Bytes())
-		return arena[j.decOff:end:end] // capped: a decoder must not write past its chunk
+		return arena[j.decOff : end : end+zarr.DecodeSlack] // capped: a decoder must not write past its chunk's room
 	}); err != nil {
 		return err
 	}

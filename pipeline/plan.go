@@ -336,7 +336,7 @@ func (w *wave) layout(bp *batchPlan, lim waveLimits) {
 			slab += align(int64(j.layout.Bytes()))
 		} else {
 			j.decOff = arena
-			arena += align(int64(j.layout.Bytes()))
+			arena += align(j.arenaCost)
 		}
 	}
 	w.slab, w.arena = slab+int64(w.ops)*lim.opCost, arena

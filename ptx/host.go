@@ -142,6 +142,15 @@ func (h *hostOp) run(out []byte, outType Dtype, start, n int64, raw []uint64, va
 			dst += c[d] * h.ostride[d]
 			src += c[d] * int64(op.SrcStride[d])
 		}
+		if h.direct(out, outType, dst, src, seg) {
+			n -= seg
+			c[last] += seg
+			for d := last; d > 0 && c[d] == int64(op.Extent[d]); d-- {
+				c[d] = 0
+				c[d-1]++
+			}
+			continue
+		}
 		v := vals[:seg]
 		if op.SrcDtype == 0 {
 			for i := range v {
@@ -163,6 +172,74 @@ func (h *hostOp) run(out []byte, outType Dtype, start, n int64, raw []uint64, va
 			c[d-1]++
 		}
 	}
+}
+
+// direct converts a row of seg elements from chunk element src to output
+// element dst in one pass, for the common case of a row of unshuffled
+// little-endian 8- or 16-bit integers in a row of the chunk; it reports
+// false (and writes nothing) for every other case, which run's general
+// path (fetch, cast, write) handles. The conversions are those of
+// castRow and writeRow.
+func (h *hostOp) direct(out []byte, outType Dtype, dst, src, seg int64) bool {
+	op := h.op
+	if op.Shuffle != NoShuffle || op.BigEndian || op.SrcStride[h.rank-1] != 1 || seg == 0 {
+		return false
+	}
+	switch op.SrcDtype {
+	case Uint8:
+		in := h.chunk[src : src+seg]
+		if outType == BFloat16 {
+			o := unsafe.Slice((*uint16)(unsafe.Pointer(&out[2*dst])), seg)
+			for i, x := range in {
+				o[i] = BFloat16Bits(math.Float32bits(float32(x)))
+			}
+		} else {
+			o := unsafe.Slice((*float32)(unsafe.Pointer(&out[4*dst])), seg)
+			for i, x := range in {
+				o[i] = float32(x)
+			}
+		}
+	case Uint16, Int16:
+		if !littleEndianHost() {
+			return false
+		}
+		// The chunk's elements in place: 2-byte aligned (chunks start
+		// 256-aligned), little-endian like the host.
+		in := unsafe.Slice((*uint16)(unsafe.Pointer(&h.chunk[2*src : 2*src+2*seg][0])), seg)
+		signed := op.SrcDtype == Int16
+		switch {
+		case outType == BFloat16 && signed:
+			o := unsafe.Slice((*uint16)(unsafe.Pointer(&out[2*dst])), seg)
+			for i, x := range in {
+				o[i] = BFloat16Bits(math.Float32bits(float32(int16(x))))
+			}
+		case outType == BFloat16:
+			o := unsafe.Slice((*uint16)(unsafe.Pointer(&out[2*dst])), seg)
+			for i, x := range in {
+				o[i] = BFloat16Bits(math.Float32bits(float32(x)))
+			}
+		case signed:
+			o := unsafe.Slice((*float32)(unsafe.Pointer(&out[4*dst])), seg)
+			for i, x := range in {
+				o[i] = float32(int16(x))
+			}
+		default:
+			o := unsafe.Slice((*float32)(unsafe.Pointer(&out[4*dst])), seg)
+			for i, x := range in {
+				o[i] = float32(x)
+			}
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// littleEndianHost reports whether the host stores integers little-end
+// first, as the chunks' elements are laid out.
+func littleEndianHost() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
 }
 
 // fetch reads the stored bytes of chunk elements e, e+step, ... into raw

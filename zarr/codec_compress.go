@@ -60,9 +60,11 @@ func parseZstd(spec codecSpec, _ chunkSpec) (codec, error) {
 }
 
 func (zstdCodec) decode(d *Decoder, dst, src []byte) (int, error) {
-	// The capacity limit keeps the decoder inside dst: it must never touch
-	// bytes past len(dst), which may belong to a neighbouring chunk.
-	out, err := d.zstd.DecodeAll(src, dst[:0:len(dst)])
+	// The decoder stays inside cap(dst), which Decoder.Decode limits to
+	// the chunk and its slack: the bytes past that may belong to a
+	// neighbouring chunk. With the slack, it decodes the last block on its
+	// fast path.
+	out, err := d.zstd.DecodeAll(src, dst[:0:cap(dst)])
 	switch {
 	case errors.Is(err, zstd.ErrDecoderSizeExceeded):
 		return 0, errShortDst

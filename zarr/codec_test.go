@@ -221,7 +221,8 @@ func TestZstdFrames(t *testing.T) {
 
 // TestDecodeStaysInChunk decodes chunks into the middle of a larger arena,
 // as a pipeline decodes neighbouring chunks of one buffer, and checks that
-// no byte outside the chunk's own range changes.
+// no byte outside the chunk's own range and its DecodeSlack changes, and,
+// with dst capped at the chunk, none past the chunk.
 func TestDecodeStaysInChunk(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, uint64(testSeed(t))))
 	shape := []int64{32, 64, 64}
@@ -240,16 +241,22 @@ func TestDecodeStaysInChunk(t *testing.T) {
 			}
 			defer d.Close()
 			const guard = 1 << 16
-			arena := bytes.Repeat([]byte{0xa5}, guard+len(data)+guard)
-			if err := d.Decode(arena[guard:], &Chunk{Key: "c/0/0", Codec: info.codec}, stored); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(arena[guard:guard+len(data)], data) {
-				t.Fatal("decoded chunk differs from the source")
-			}
-			for _, i := range []int{0, guard + len(data)} {
-				if !bytes.Equal(arena[i:i+guard], bytes.Repeat([]byte{0xa5}, guard)) {
-					t.Fatalf("Decode changed bytes outside the chunk (at %d..%d)", i, i+guard)
+			for _, capped := range []bool{false, true} {
+				arena := bytes.Repeat([]byte{0xa5}, guard+len(data)+guard)
+				dst, room := arena[guard:], DecodeSlack
+				if capped {
+					dst, room = arena[guard:guard+len(data):guard+len(data)], 0
+				}
+				if err := d.Decode(dst, &Chunk{Key: "c/0/0", Codec: info.codec}, stored); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(arena[guard:guard+len(data)], data) {
+					t.Fatal("decoded chunk differs from the source")
+				}
+				for _, r := range [][2]int{{0, guard}, {guard + len(data) + room, len(arena)}} {
+					if !bytes.Equal(arena[r[0]:r[1]], bytes.Repeat([]byte{0xa5}, r[1]-r[0])) {
+						t.Fatalf("Decode (capped %v) changed bytes outside the chunk and its room (at %d..%d)", capped, r[0], r[1])
+					}
 				}
 			}
 		})

@@ -12,7 +12,7 @@ import (
 
 var cmdBench = &command{
 	name:  "bench",
-	usage: "bench [--json] [--drop-cache] [--duration D] [--trace FILE] [--data DIR|URI] [--boxes-out FILE] [flags] SCENARIO.json",
+	usage: "bench [--json] [--drop-cache] [--duration D] [--trace FILE] [--profile FILE] [--data DIR|URI] [--boxes-out FILE] [flags] SCENARIO.json",
 	short: "run a benchmark scenario and report throughput, stages and ceilings",
 	long: `Bench runs a scenario: it generates the dataset if it is absent (as 'damacy
 gen' does), draws the boxes from the run's seed, streams the warm-up
@@ -87,6 +87,9 @@ the retire thread's wait for it (retire), the mapping of hot files (io
 stage), and the copy, decode and assemble streams (each wave's H2D copy,
 nvCOMP decode and assembly, placed on the host clock from CUDA events).
 
+--profile FILE writes a CPU profile of the measured batches (the whole
+process: the pipeline's workers and the harness) for go tool pprof.
+
 SCENARIO is a file or a built-in name: ` + strings.Join(bench.BuiltinNames(), ", ") + `.
 
 ` + bench.ScenarioHelp + `
@@ -103,6 +106,7 @@ Examples:
 		asJSON := fs.Bool("json", false, "write the report as JSON")
 		fs.BoolVar(&o.DropCache, "drop-cache", false, "drop the dataset's files from the page cache before the run and before the pread replay (posix_fadvise DONTNEED)")
 		fs.StringVar(&o.Trace, "trace", "", "write a Chrome trace-event JSON file of the run's spans")
+		fs.StringVar(&o.Profile, "profile", "", "write a CPU profile (go tool pprof) of the measured batches")
 		fs.StringVar(&o.Data, "data", "", "dataset directory, or the URI of a remote copy (overrides the scenario's dataset.dir)")
 		ioConc := fs.Int("io-concurrency", 0, "override run.io_concurrency: object-store requests in flight for a remote dataset")
 		fs.StringVar(&o.BoxesOut, "boxes-out", "", "write the boxes read to this JSON file (for the peers)")

@@ -6,8 +6,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -30,6 +32,7 @@ type Options struct {
 	BoxesOut  string // write the boxes read to this JSON file (for the peers)
 	Ceilings  bool   // measure the ceilings after the run
 	Verify    bool   // check the first batch popped against the reference reader
+	Profile   string // write a CPU profile (pprof) of the measured batches here
 	// Duration, when positive, runs the measured batches for this long
 	// instead of the scenario's count (drawing more boxes, or more epochs),
 	// sampling memory and throughput every second.
@@ -203,6 +206,13 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 				tr.span(traceRowPhases, "phase", "warmup", t0, start, nil)
 			}
 			m = newMeasure(p, sc, bs, start, o, runDevice(p, cfg))
+			if o.Profile != "" {
+				stop, err := startProfile(o.Profile)
+				if err != nil {
+					return pipeline.Stats{}, err
+				}
+				defer stop()
+			}
 		} else if o.Duration > 0 && i > sc.Run.Warmup && time.Since(start) >= o.Duration {
 			break
 		}
@@ -241,6 +251,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 		prog.add(1)
 	}
 	rep.Wall, rep.CPU = time.Since(start), processCPU()-cpu
+	pprof.StopCPUProfile() // the measured batches only (a no-op without --profile)
 	tr.span(traceRowPhases, "phase", "measured batches", start, start.Add(rep.Wall), nil)
 	st := p.Stats()
 	m.finish(rep)
@@ -248,6 +259,23 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 		rep.Soak.checkLimits(sc, st.Engine)
 	}
 	return st, nil
+}
+
+// startProfile starts a CPU profile into the file path; stop ends it and
+// closes the file.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // runDevice is where p puts its batches: "cuda:N" on the CUDA engine,

@@ -31,7 +31,8 @@ type SoakReport struct {
 	Samples      []SoakSample  `json:"samples"`
 	GPUCommitted *Series       `json:"gpu_committed,omitempty"` // Stats.GPUBytesCommitted (CUDA engine)
 	GPUUsed      *Series       `json:"gpu_used,omitempty"`      // the device's used memory, all processes (cuMemGetInfo)
-	RSS          *Series       `json:"rss,omitempty"`           // the process's resident memory
+	RSS          *Series       `json:"rss,omitempty"`           // the process's own resident memory (anonymous and shared memory)
+	RSSFiles     *Series       `json:"rss_files,omitempty"`     // its resident pages of mapped files
 	OutputGBps   *Series       `json:"output_gbps"`             // per interval
 	Limits       []SoakLimit   `json:"limits,omitempty"`
 	Error        string        `json:"error,omitempty"` // why a series is missing
@@ -45,6 +46,7 @@ type SoakSample struct {
 	GPUCommitted int64         `json:"gpu_committed,omitempty"`
 	GPUUsed      int64         `json:"gpu_used,omitempty"`
 	RSS          int64         `json:"rss,omitempty"`
+	RSSFiles     int64         `json:"rss_files,omitempty"`
 	ChunkCache   int64         `json:"chunk_cache_bytes,omitempty"`
 }
 
@@ -127,8 +129,8 @@ func (s *sampler) sample() {
 		x.OutputGBps = float64(st.OutputBytes-s.prevOut) / dt / 1e9
 	}
 	s.prevOut, s.prevT = st.OutputBytes, now
-	if rss, err := processRSS(); err == nil {
-		x.RSS = rss
+	if own, files, err := processRSS(); err == nil {
+		x.RSS, x.RSSFiles = own, files
 	} else if len(s.samples) == 0 {
 		s.errs = append(s.errs, "rss: "+err.Error())
 	}
@@ -200,6 +202,7 @@ func (s *sampler) summarize() *SoakReport {
 	}
 	if s.samples[0].RSS > 0 {
 		r.RSS = series(s.samples, true, func(x *SoakSample) float64 { return float64(x.RSS) })
+		r.RSSFiles = series(s.samples, true, func(x *SoakSample) float64 { return float64(x.RSSFiles) })
 	}
 	return r
 }
@@ -216,8 +219,9 @@ func mean(v []float64) float64 {
 }
 
 // checkLimits adds the soak targets of the CUDA engine: GPU memory
-// committed within run.gpu_cap, and resident memory within host_buffer
-// (the pinned staging) plus 256 MiB.
+// committed within run.gpu_cap, and the process's own resident memory
+// within host_buffer (the pinned staging) plus 256 MiB (its pages of
+// mapped files are the page cache, bounded by Config.MappedFileBytes).
 func (r *SoakReport) checkLimits(sc *Scenario, engine string) {
 	if engine != "cuda" {
 		return
@@ -262,7 +266,8 @@ func (r *Report) writeSoak(p func(string, ...any)) {
 	}
 	mem("gpu committed", s.GPUCommitted)
 	mem("gpu used (device)", s.GPUUsed)
-	mem("rss", s.RSS)
+	mem("rss (own)", s.RSS)
+	mem("rss (files)", s.RSSFiles)
 	if g := s.OutputGBps; g != nil {
 		p("%-18s %12.3f %12.3f %12.3f %12.3f %12.3f   GB/s per %s\n", "output", g.Min, g.Max, g.Last, g.FirstAvg, g.LastAvg, s.Interval)
 	}
