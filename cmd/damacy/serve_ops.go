@@ -118,7 +118,7 @@ func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 	}
 	var unknown []string
 	for k := range raw {
-		if ints[k] == nil && int64s[k] == nil && k != "dtype" && k != "sample_shape" {
+		if ints[k] == nil && int64s[k] == nil && k != "dtype" && k != "sample_shape" && k != "mapped_file_bytes" {
 			unknown = append(unknown, k)
 		}
 	}
@@ -152,6 +152,10 @@ func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 				return cfg, err
 			}
 			cfg.Dtype = dt
+		case k == "mapped_file_bytes":
+			if json.Unmarshal(v, &cfg.MappedFileBytes) != nil || cfg.MappedFileBytes < -1 {
+				return cfg, bad(k, v, "an integer >= -1 (0: the default, -1: none)")
+			}
 		case k == "sample_shape":
 			if json.Unmarshal(v, &cfg.SampleShape) != nil {
 				return cfg, bad(k, v, "a list of positive integers")

@@ -18,7 +18,7 @@ func hostConfig() map[string]any {
 		"batch_size": 3, "host_buffer_bytes": 1 << 20, "device_buffer_bytes": 1 << 20, "dtype": "f32",
 		"lookahead_batches": 2, "n_io_threads": 2, "n_compute_threads": 2, "n_zarrs_meta_cache": 8,
 		"n_shards_meta_cache": 64, "max_chunk_uncompressed_bytes": 1 << 16, "max_gpu_memory_bytes": 0,
-		"max_bytes_per_element": 0, "sample_shape": []int{}, "batch_slots": 2,
+		"max_bytes_per_element": 0, "sample_shape": []int{}, "batch_slots": 2, "mapped_file_bytes": -1,
 	}
 }
 
@@ -76,6 +76,12 @@ func TestServeHost(t *testing.T) {
 	bad = hostConfig()
 	bad["dtype"] = "f64"
 	wantError(t, "hello with dtype f64", c.call("hello", hello(bad)), statusInval)
+	bad = hostConfig()
+	bad["mapped_file_bytes"] = -2
+	e = wantError(t, "hello with mapped_file_bytes -2", c.call("hello", hello(bad)), statusInval)
+	if !strings.Contains(e.Message, "mapped_file_bytes") {
+		t.Errorf("mapped_file_bytes error %q does not name it", e.Message)
+	}
 
 	h := mustOK(t, "hello", c.call("hello", hello(hostConfig())))
 	if h.Version != 1 || h.Engine != "host" || h.Device != nil || h.Decoder != "cpu" || h.Slots != 2 || h.PID != os.Getpid() || !strings.HasPrefix(h.Server, "damacy ") {

@@ -278,6 +278,8 @@ type statsMsg struct {
 	ChunksDeduped   int64     `json:"chunks_deduped"`
 	ReadOps         int64     `json:"read_ops"`
 	BytesRead       int64     `json:"bytes_read"`
+	BytesMapped     int64     `json:"bytes_mapped"`
+	MappedFileBytes int64     `json:"mapped_file_bytes"`
 	BoxBytes        int64     `json:"box_bytes"`
 	OutputBytes     int64     `json:"output_bytes"`
 	SlotsInUse      int64     `json:"slots_in_use"`
@@ -304,6 +306,7 @@ func statsOf(s pipeline.Stats) statsMsg {
 		Engine: s.Engine, Decoder: s.Decoder, Check: metricOf(s.Check), SamplesEmitted: s.SamplesEmitted,
 		ChunksDecoded: s.ChunksDecoded, ChunksGPU: s.ChunksGPU, ChunksRedecoded: s.ChunksRedecoded,
 		ChunksFill: s.ChunksFill, ChunksDeduped: s.ChunksDeduped, ReadOps: s.ReadOps, BytesRead: s.BytesRead,
+		BytesMapped: s.BytesMapped, MappedFileBytes: s.MappedFileBytes,
 		BoxBytes: s.BoxBytes, OutputBytes: s.OutputBytes, SlotsInUse: s.SlotsInUse, SamplesInFlight: s.SamplesInFlight,
 
 		ChunkCacheHits: s.ChunkCacheHits, ChunkCacheMisses: s.ChunkCacheMisses, ChunkCacheEvictions: s.ChunkCacheEvictions,

@@ -98,6 +98,12 @@ class Config:
             or host memory on the host engine, so that later epochs over a
             dataset that fits skip reading and decoding. 0 = off (the
             default); else at least 1 MiB.
+        mapped_file_bytes: Bytes of local files the CUDA engine may keep
+            mapped and page-locked (extra), so that the GPU copies their
+            chunks straight out of the page cache, sparing the host's
+            cores; files are mapped once they have been read whole, least
+            recently used first out. 0 = the default (an eighth of the
+            host's memory, at most 16 GiB); -1 = none.
     """
 
     batch_size: int
@@ -116,6 +122,7 @@ class Config:
     sample_shape: Tuple[int, ...]
     batch_slots: int
     chunk_cache_bytes: int
+    mapped_file_bytes: int
 
     def __init__(
         self,
@@ -136,6 +143,7 @@ class Config:
         sample_shape: Iterable[int] = (),
         batch_slots: int = 0,
         chunk_cache_bytes: int = 0,
+        mapped_file_bytes: int = 0,
     ) -> None:
         values = {
             "batch_size": _int("batch_size", batch_size, 1),
@@ -156,6 +164,7 @@ class Config:
             "sample_shape": _shape(sample_shape),
             "batch_slots": _int("batch_slots", batch_slots, 0),
             "chunk_cache_bytes": _int("chunk_cache_bytes", chunk_cache_bytes, 0),
+            "mapped_file_bytes": _int("mapped_file_bytes", mapped_file_bytes, -1),
         }
         if values["max_bytes_per_element"] not in (0, 1, 2, 4, 8):
             raise ValueError(

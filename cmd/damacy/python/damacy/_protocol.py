@@ -103,6 +103,7 @@ def hello_config(config: Config) -> Dict[str, Any]:
         "sample_shape": list(config.sample_shape),
         "batch_slots": config.batch_slots,
         "chunk_cache_bytes": config.chunk_cache_bytes,
+        "mapped_file_bytes": config.mapped_file_bytes,
     }
 
 

@@ -84,6 +84,8 @@ class Stats:
     chunks_deduped: int = 0  #: chunk uses served by a chunk decoded in the same wave
     read_ops: int = 0
     bytes_read: int = 0
+    bytes_mapped: int = 0  #: of bytes_read, copied to the GPU straight from mapped files
+    mapped_file_bytes: int = 0  #: gauge: bytes of local files mapped (Config.mapped_file_bytes)
     box_bytes: int = 0  #: bytes of the boxes in source dtype
     output_bytes: int = 0
     slots_in_use: int = 0  #: gauge

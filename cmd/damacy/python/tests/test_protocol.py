@@ -79,6 +79,7 @@ def test_hello_sends_the_config_and_device(fake):
             "sample_shape": [2, 3],
             "batch_slots": 3,
             "chunk_cache_bytes": 0,
+            "mapped_file_bytes": 0,
         }
         info = p.server_info
         assert info["engine"] == "host" and info["slots"] == 2 and info["pid"] == os.getpid()

@@ -128,6 +128,7 @@ def test_config_dtype_bf16_spellings(dtype):
         ("max_bytes_per_element", 3, "max_bytes_per_element must be 0, 1, 2, 4 or 8 (got 3)"),
         ("device", -1, "device must be >= 0 (got -1)"),
         ("batch_slots", 1, "batch_slots must be 0 (the default) or >= 2 (got 1)"),
+        ("mapped_file_bytes", -2, "mapped_file_bytes must be >= -1 (got -2)"),
         ("sample_shape", (4, 0), "sample_shape[1] must be >= 1 (got 0)"),
         ("dtype", "f16", "unknown dtype: 'f16'"),
     ],
@@ -173,8 +174,10 @@ def test_config_accepts_numpy_ints_and_extras():
         device="cpu",
         sample_shape=[2, np.int32(3)],
         batch_slots=4,
+        mapped_file_bytes=-1,
     )
     assert type(c.batch_size) is int and c.sample_shape == (2, 3) and c.device == "cpu"
+    assert c.mapped_file_bytes == -1 and small().mapped_file_bytes == 0
     assert Config(batch_size=1, host_buffer_bytes=0, device_buffer_bytes=0, device=np.int64(1)).device == 1
 
 
