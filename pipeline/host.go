@@ -169,20 +169,26 @@ func (s *stages) read(ctx context.Context, w *wave, reads []readOp, slab []byte)
 		return s.readRemote(ctx, w, reads, slab)
 	}
 	t := time.Now()
-	var n int64
-	for _, r := range reads {
-		n += r.length
-	}
-	err := s.io.Run(ctx, len(reads), func(i int) error {
-		r := &reads[i]
-		return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
-	}, s.trace.workers("read", "io", w, n))
+	n, err := s.preads(ctx, w, reads, slab)
 	s.stats.update(func(st *Stats) {
 		st.IO.add(time.Since(t), n, n)
 		st.ReadOps += int64(len(reads))
 		st.BytesRead += n
 	})
 	return err
+}
+
+// preads runs local read ops into slab on the IO workers and returns the
+// bytes they read.
+func (s *stages) preads(ctx context.Context, w *wave, reads []readOp, slab []byte) (int64, error) {
+	var n int64
+	for _, r := range reads {
+		n += r.length
+	}
+	return n, s.io.Run(ctx, len(reads), func(i int) error {
+		r := &reads[i]
+		return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
+	}, s.trace.workers("read", "io", w, n))
 }
 
 // decodeCPU decodes the wave's jobs that pick(j) selects from their stored

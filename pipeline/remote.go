@@ -56,11 +56,11 @@ func hasRemote(reads []readOp) bool {
 // groupRemote merges the remote read ops into GETs (in wave order, which
 // is by source, key and offset; by plan.JoinsGET) and lists the local
 // ones.
-func groupRemote(reads []readOp, slab []byte) (reqs []remoteReq, local []int) {
+func groupRemote(reads []readOp, slab []byte) (reqs []remoteReq, local []readOp) {
 	for i := range reads {
 		r := &reads[i]
 		if r.src.obj == nil {
-			local = append(local, i)
+			local = append(local, *r)
 			continue
 		}
 		rg := remote.Range{Off: r.offset, Buf: slab[r.slabOff : r.slabOff+r.length]}
@@ -99,17 +99,13 @@ func (s *stages) readRemote(ctx context.Context, w *wave, reads []readOp, slab [
 	}
 	var wg sync.WaitGroup
 	var n, transferred int64
-	for _, i := range local {
-		n += reads[i].length
+	for _, r := range local {
+		n += r.length
 	}
 	transferred = n
 	if len(local) > 0 {
 		wg.Go(func() {
-			err := s.io.Run(ctx, len(local), func(i int) error {
-				r := &reads[local[i]]
-				return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
-			}, nil)
-			if err != nil {
+			if _, err := s.preads(ctx, w, local, slab); err != nil {
 				fail(err)
 			}
 		})
