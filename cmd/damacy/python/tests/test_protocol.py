@@ -332,7 +332,14 @@ def test_interrupted_pop_gives_its_batch_back(fake):
     with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
         p.push(sample(i) for i in range(6))
         fake.last.pop_gate.clear()
-        threading.Timer(0.3, _thread.interrupt_main).start()
+
+        def interrupt_the_pop():
+            # Only once the pop is in flight: an interrupt that came before
+            # it (a slow, loaded host) would end the test session instead.
+            wait_until(lambda: any(r.get("op") == "pop" for r in fake.last.received), what="the pop request")
+            _thread.interrupt_main()
+
+        threading.Thread(target=interrupt_the_pop, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             p.pop()
         fake.last.pop_gate.set()  # the abandoned pop's batch arrives now
