@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import signal
 import struct
 import threading
 import time
@@ -329,28 +330,34 @@ def test_release_from_another_thread_wakes_a_blocked_pop(fake):
 def test_interrupted_pop_gives_its_batch_back(fake):
     import _thread
 
-    with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
-        p.push(sample(i) for i in range(6))
-        fake.last.pop_gate.clear()
+    # A process started in the background by a shell without job control
+    # inherits SIGINT ignored, and then interrupt_main does nothing.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
 
-        def interrupt_the_pop():
-            # Only once the pop is in flight: an interrupt that came before
-            # it (a slow, loaded host) would end the test session instead.
-            wait_until(lambda: any(r.get("op") == "pop" for r in fake.last.received), what="the pop request")
-            _thread.interrupt_main()
+    def interrupt_the_pop():
+        # Only once the pop is in flight: an interrupt that came before it
+        # (a slow, loaded host) would end the test session instead.
+        wait_until(lambda: any(r.get("op") == "pop" for r in fake.last.received), what="the pop request")
+        _thread.interrupt_main()
 
-        threading.Thread(target=interrupt_the_pop, daemon=True).start()
-        with pytest.raises(KeyboardInterrupt):
-            p.pop()
-        fake.last.pop_gate.set()  # the abandoned pop's batch arrives now
-        wait_until(
-            lambda: [r["batch"] for r in fake.last.releases] == [0], what="the abandoned batch's release"
-        )
-        firsts = []
-        for b in p.batches(5):  # the accounting includes the abandoned batch
-            with b:
-                firsts.append(float(b.numpy()[0, 0, 0, 0]))
-        assert firsts == [float(pattern("mem://a", sample(i).aabb)[0, 0, 0]) for i in range(1, 6)]
+    try:
+        with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
+            p.push(sample(i) for i in range(6))
+            fake.last.pop_gate.clear()
+            threading.Thread(target=interrupt_the_pop, daemon=True).start()
+            with pytest.raises(KeyboardInterrupt):
+                p.pop()
+            fake.last.pop_gate.set()  # the abandoned pop's batch arrives now
+            wait_until(
+                lambda: [r["batch"] for r in fake.last.releases] == [0], what="the abandoned batch's release"
+            )
+            firsts = []
+            for b in p.batches(5):  # the accounting includes the abandoned batch
+                with b:
+                    firsts.append(float(b.numpy()[0, 0, 0, 0]))
+            assert firsts == [float(pattern("mem://a", sample(i).aabb)[0, 0, 0]) for i in range(1, 6)]
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_releases_from_many_threads(fake):
