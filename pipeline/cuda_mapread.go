@@ -1,9 +1,6 @@
 package pipeline
 
-import (
-	"sort"
-	"time"
-)
+import "time"
 
 // hostCopy is one piece of a wave's H2D copy: src to dst bytes from the
 // wave buffer's base.
@@ -91,11 +88,9 @@ func (cw *cudaWave) stored(slab []byte) func(*job) []byte {
 	if cw.mapped == nil {
 		return func(j *job) []byte { return slab[j.slabOff : j.slabOff+j.chunk.Length] }
 	}
-	reads := cw.reads
 	return func(j *job) []byte {
-		i := sort.Search(len(reads), func(i int) bool { return reads[i].slabOff+reads[i].length > j.slabOff })
-		if i < len(reads) && cw.mapped[i] != nil {
-			return cw.mapped[i].data[j.chunk.Offset : j.chunk.Offset+j.chunk.Length]
+		if f := cw.mapped[j.readOp]; f != nil {
+			return f.data[j.chunk.Offset : j.chunk.Offset+j.chunk.Length]
 		}
 		return slab[j.slabOff : j.slabOff+j.chunk.Length]
 	}
