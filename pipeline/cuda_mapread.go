@@ -1,13 +1,10 @@
 package pipeline
 
-import "time"
+import (
+	"time"
 
-// hostCopy is one piece of a wave's H2D copy: src to dst bytes from the
-// wave buffer's base.
-type hostCopy struct {
-	dst int64
-	src []byte
-}
+	"github.com/damacy-go/damacy/cuda"
+)
 
 // mapReads takes the wave's reads of mapped files out of what the IO
 // workers pread: cw.mapped[i] holds the mapping read i is copied from
@@ -22,7 +19,7 @@ func (e *cudaEngine) mapReads(cw *cudaWave) ([]readOp, error) {
 			if path, err := r.src.dir.Path(r.key); err == nil {
 				if f := e.maps.acquire(path); f != nil {
 					cw.mapped[i] = f
-					if _, err := mappedRead(f, r); err != nil {
+					if err := checkMapped(f, r); err != nil {
 						return nil, err
 					}
 					n += r.length
@@ -86,13 +83,13 @@ func (e *cudaEngine) releaseMaps(cw *cudaWave) {
 // slab, or in the mapping of its file.
 func (cw *cudaWave) stored(slab []byte) func(*job) []byte {
 	if cw.mapped == nil {
-		return func(j *job) []byte { return slab[j.slabOff : j.slabOff+j.chunk.Length] }
+		return func(j *job) []byte { return j.inSlab(slab) }
 	}
 	return func(j *job) []byte {
 		if f := cw.mapped[j.readOp]; f != nil {
 			return f.data[j.chunk.Offset : j.chunk.Offset+j.chunk.Length]
 		}
-		return slab[j.slabOff : j.slabOff+j.chunk.Length]
+		return j.inSlab(slab)
 	}
 }
 
@@ -107,27 +104,31 @@ func (cw *cudaWave) guard(f func() error) error {
 
 // copied is the bytes of the wave's H2D copy.
 func (cw *cudaWave) copied() int64 {
-	if cw.h2d == nil {
-		return cw.used
-	}
 	var n int64
 	for _, c := range cw.h2d {
-		n += int64(len(c.src))
+		n += int64(len(c.Src))
 	}
 	return n
 }
 
-// h2dCopies lists the copies that fill the wave buffer's staging when some
-// of the wave's reads are mapped: each mapped read from its file's pages
-// (neighbours in both the file and the slab as one copy), each run of
-// preads from the slab, and the slab's bytes from meta (where the reads
-// end: CPU-decoded chunks, nvCOMP's arguments, the assemble ops) to used.
-func (cw *cudaWave) h2dCopies(slab []byte, meta, used int64) []hostCopy {
-	var out []hostCopy
+// h2dCopies lists the copies that fill the staging of the wave buffer at
+// base: the slab's used prefix in one when none of the wave's reads is
+// mapped; else each mapped read from its file's pages (neighbours in both
+// the file and the slab as one copy), each run of preads from the slab,
+// and the slab's bytes from meta (where the reads end: CPU-decoded chunks,
+// nvCOMP's arguments, the assemble ops) to used.
+func (cw *cudaWave) h2dCopies(slab []byte, base cuda.DevicePtr, meta, used int64) []cuda.HostCopy {
+	if cw.mapped == nil {
+		return []cuda.HostCopy{{Dst: base, Src: slab[:used]}}
+	}
+	var out []cuda.HostCopy
+	add := func(dst int64, src []byte) {
+		out = append(out, cuda.HostCopy{Dst: base + cuda.DevicePtr(dst), Src: src})
+	}
 	run := int64(-1) // start of the run of preads not yet listed
 	flush := func(end int64) {
 		if run >= 0 {
-			out = append(out, hostCopy{dst: run, src: slab[run:end]})
+			add(run, slab[run:end])
 			run = -1
 		}
 	}
@@ -149,18 +150,18 @@ func (cw *cudaWave) h2dCopies(slab []byte, meta, used int64) []hostCopy {
 			p := &cw.reads[i-1]
 			gap := r.slabOff - (p.slabOff + p.length)
 			if gap >= 0 && gap < 64<<10 && p.offset+p.length+gap == r.offset {
-				last.src = f.data[r.offset-(r.slabOff-last.dst) : r.offset+r.length]
+				last.Src = f.data[r.offset-(r.slabOff-int64(last.Dst-base)) : r.offset+r.length]
 				continue
 			}
 		}
-		out = append(out, hostCopy{dst: r.slabOff, src: f.data[r.offset : r.offset+r.length]})
+		add(r.slabOff, f.data[r.offset:r.offset+r.length])
 		prev = f
 	}
 	if n := len(cw.reads); n > 0 {
 		flush(cw.reads[n-1].slabOff + cw.reads[n-1].length)
 	}
 	if meta < used {
-		out = append(out, hostCopy{dst: meta, src: slab[meta:used]})
+		add(meta, slab[meta:used])
 	}
 	return out
 }

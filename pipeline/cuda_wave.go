@@ -37,9 +37,8 @@ type cudaWave struct {
 	slab      *cuda.HostBuffer
 	mapped    []*fileMap // per read: the mapped file it is copied from (nil: preads into the slab); nil when none is
 	buf       *waveBuf
-	used      int64      // staging bytes to copy
-	h2d       []hostCopy // the H2D copies when some reads are mapped (else the slab's used prefix in one)
-	ents      []nvEntry  // nvCOMP's inputs: zstd first, then LZ4
+	h2d       []cuda.HostCopy // the H2D copies into the wave buffer's staging
+	ents      []nvEntry       // nvCOMP's inputs: zstd first, then LZ4
 	nZstd     int
 	descOff   int64 // offset of nvCOMP's argument arrays in staging
 	plan      *ptx.Plan
@@ -402,11 +401,7 @@ func (e *cudaEngine) layOut(cw *cudaWave, b *waveBuf, slab []byte, meta, end int
 	if end > int64(len(slab)) {
 		return errorf("plan", ErrBudget, "", "wave layout overflow: %d staging bytes of %d (a planning bug)", end, len(slab))
 	}
-	cw.used = end
-	cw.h2d = nil
-	if cw.mapped != nil {
-		cw.h2d = cw.h2dCopies(slab, meta, end)
-	}
+	cw.h2d = cw.h2dCopies(slab, b.base, meta, end)
 	return nil
 }
 
@@ -415,7 +410,6 @@ func (e *cudaEngine) layOut(cw *cudaWave, b *waveBuf, slab []byte, meta, end int
 // stream, chained by events. Nothing here waits for the GPU.
 func (e *cudaEngine) submit(cw *cudaWave) error {
 	b, sl := cw.buf, cw.batch.slot
-	slab := cw.slab.Bytes()
 	n := len(cw.ents)
 	first := cw.index == 0
 	t := time.Now()
@@ -426,19 +420,8 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 		if err := b.start.Record(e.copyS); err != nil {
 			return err
 		}
-		if cw.h2d == nil {
-			if err := e.copyS.CopyHtoD(b.base, slab[:cw.used]); err != nil {
-				return err
-			}
-		}
-		if cw.h2d != nil {
-			copies := make([]cuda.HostCopy, len(cw.h2d))
-			for i, c := range cw.h2d {
-				copies[i] = cuda.HostCopy{Dst: b.base + cuda.DevicePtr(c.dst), Src: c.src}
-			}
-			if err := e.copyS.CopyHtoDBatch(copies); err != nil {
-				return err
-			}
+		if err := e.copyS.CopyHtoDBatch(cw.h2d); err != nil {
+			return err
 		}
 		if err := b.h2d.Record(e.copyS); err != nil {
 			return err

@@ -272,11 +272,12 @@ func readMapped(f func() error) (err error) {
 	return f()
 }
 
-// mappedRead is the stored bytes of read op r from its file's mapping, or
-// ErrDecode when the file is shorter than its index says.
-func mappedRead(f *fileMap, r *readOp) ([]byte, error) {
+// checkMapped reports ErrDecode when read op r lies past the end of its
+// file's mapping (the file is shorter than its index says), as a pread of
+// it would.
+func checkMapped(f *fileMap, r *readOp) error {
 	if r.offset < 0 || r.offset+r.length > int64(len(f.data)) {
-		return nil, errorf("read", ErrDecode, r.src.uri, "%s: truncated: %d bytes at offset %d, only %d there", r.key, r.length, r.offset, max(int64(len(f.data))-r.offset, 0))
+		return errorf("read", ErrDecode, r.src.uri, "%s: truncated: %d bytes at offset %d, only %d there", r.key, r.length, r.offset, max(int64(len(f.data))-r.offset, 0))
 	}
-	return f.data[r.offset : r.offset+r.length : r.offset+r.length], nil
+	return nil
 }

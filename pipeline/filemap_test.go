@@ -105,18 +105,20 @@ func TestH2DCopies(t *testing.T) {
 		}
 		got := make([]byte, used)
 		written := make([]bool, used)
-		copies := cw.h2dCopies(slab, meta, used)
+		const base = 1 << 40 // a wave buffer's device address
+		copies := cw.h2dCopies(slab, base, meta, used)
 		for _, c := range copies {
-			if c.dst < 0 || c.dst+int64(len(c.src)) > used {
-				t.Fatalf("round %d: copy of %d bytes to %d outside [0, %d)", round, len(c.src), c.dst, used)
+			dst := int64(c.Dst) - base
+			if dst < 0 || dst+int64(len(c.Src)) > used {
+				t.Fatalf("round %d: copy of %d bytes to %d outside [0, %d)", round, len(c.Src), dst, used)
 			}
-			for k := c.dst; k < c.dst+int64(len(c.src)); k++ {
+			for k := dst; k < dst+int64(len(c.Src)); k++ {
 				if written[k] {
 					t.Fatalf("round %d: byte %d copied twice", round, k)
 				}
 				written[k] = true
 			}
-			copy(got[c.dst:], c.src)
+			copy(got[dst:], c.Src)
 		}
 		for k := range used {
 			if defined[k] && (!written[k] || got[k] != want[k]) {

@@ -64,7 +64,10 @@ type wave struct {
 }
 
 // slabStored returns the stored bytes of job j in the host engine's slab.
-func (w *wave) slabStored(j *job) []byte { return w.slabBuf[j.slabOff : j.slabOff+j.chunk.Length] }
+func (w *wave) slabStored(j *job) []byte { return j.inSlab(w.slabBuf) }
+
+// inSlab returns the job's stored bytes in its wave's slab.
+func (j *job) inSlab(slab []byte) []byte { return slab[j.slabOff : j.slabOff+j.chunk.Length] }
 
 // readOp is one pread: Length bytes of a file at Offset into the slab.
 type readOp struct {
