@@ -302,7 +302,10 @@ func TestChunkCacheCUDAEpochs(t *testing.T) {
 	paths := writeCacheCases(t, dir, seed)
 	rng := rand.New(rand.NewPCG(seed, 11))
 	ext := []int{20, 24, 17}
-	epochs := epochSamples(t, rng, paths, ext, 48, 3)
+	// Twenty batches an epoch: a wave carries up to four of these small
+	// batches, so a dozen may be in flight, their chunk cache hits pinned;
+	// the small cache must still turn over within an epoch.
+	epochs := epochSamples(t, rng, paths, ext, 120, 3)
 	for _, out := range []Dtype{F32, BF16} {
 		cfg := Config{BatchSize: 6, SampleShape: ext, Dtype: out, HostBufferBytes: 16 << 20, DeviceBufferBytes: 4 << 20, MaxChunkBytes: 64 << 10}
 		hcfg := cfg

@@ -41,7 +41,7 @@ func (e *cudaEngine) close() error {
 				if b.sumHost != nil {
 					errs = append(errs, b.sumHost.Free())
 				}
-				for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.done} {
+				for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.done, &b.late} {
 					errs = append(errs, ev.Destroy())
 				}
 			}

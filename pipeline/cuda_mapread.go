@@ -6,19 +6,19 @@ import (
 	"github.com/damacy-go/damacy/cuda"
 )
 
-// mapReads takes the wave's reads of mapped files out of what the IO
-// workers pread: cw.mapped[i] holds the mapping read i is copied from
+// mapReads takes the part's reads of mapped files out of what the IO
+// workers pread: p.mapped[i] holds the mapping read i is copied from
 // (until the wave retires). It returns the reads left to pread.
-func (e *cudaEngine) mapReads(cw *cudaWave) ([]readOp, error) {
-	cw.mapped = make([]*fileMap, len(cw.reads))
+func (e *cudaEngine) mapReads(p *wavePart) ([]readOp, error) {
+	p.mapped = make([]*fileMap, len(p.reads))
 	var rest []readOp
 	var n int64
-	for i := range cw.reads {
-		r := &cw.reads[i]
+	for i := range p.reads {
+		r := &p.reads[i]
 		if r.src.dir != nil {
 			if path, err := r.src.dir.Path(r.key); err == nil {
 				if f := e.maps.acquire(path); f != nil {
-					cw.mapped[i] = f
+					p.mapped[i] = f
 					if err := checkMapped(f, r); err != nil {
 						return nil, err
 					}
@@ -35,7 +35,7 @@ func (e *cudaEngine) mapReads(cw *cudaWave) ([]readOp, error) {
 			st.BytesMapped += n
 		})
 	} else {
-		cw.mapped = nil
+		p.mapped = nil
 	}
 	return rest, nil
 }
@@ -71,32 +71,34 @@ func (e *cudaEngine) heatUp(reads []readOp) {
 
 // releaseMaps gives back the mappings a wave's reads held.
 func (e *cudaEngine) releaseMaps(cw *cudaWave) {
-	for _, f := range cw.mapped {
-		if f != nil {
-			e.maps.release(f)
+	for _, p := range cw.parts {
+		for _, f := range p.mapped {
+			if f != nil {
+				e.maps.release(f)
+			}
 		}
+		p.mapped = nil
 	}
-	cw.mapped = nil
 }
 
 // stored returns how to find a job's stored bytes on the host: in the
 // slab, or in the mapping of its file.
-func (cw *cudaWave) stored(slab []byte) func(*job) []byte {
-	if cw.mapped == nil {
+func (p *wavePart) stored(slab []byte) func(*job) []byte {
+	if p.mapped == nil {
 		return func(j *job) []byte { return j.inSlab(slab) }
 	}
 	return func(j *job) []byte {
-		if f := cw.mapped[j.readOp]; f != nil {
+		if f := p.mapped[j.readOp]; f != nil {
 			return f.data[j.chunk.Offset : j.chunk.Offset+j.chunk.Length]
 		}
 		return j.inSlab(slab)
 	}
 }
 
-// guard runs f, which reads the wave's stored bytes, through readMapped
+// guard runs f, which reads the part's stored bytes, through readMapped
 // when some of them are mapped.
-func (cw *cudaWave) guard(f func() error) error {
-	if cw.mapped == nil {
+func (p *wavePart) guard(f func() error) error {
+	if p.mapped == nil {
 		return f()
 	}
 	return readMapped(f)
@@ -112,20 +114,53 @@ func (cw *cudaWave) copied() int64 {
 }
 
 // h2dCopies lists the copies that fill the staging of the wave buffer at
-// base: the slab's used prefix in one when none of the wave's reads is
-// mapped; else each mapped read from its file's pages (neighbours in both
-// the file and the slab as one copy), each run of preads from the slab,
-// and the slab's bytes from meta (where the reads end: CPU-decoded chunks,
-// nvCOMP's arguments, the assemble ops) to used.
+// base from the slab, whose parts' reads and slab-decoded chunks end at
+// meta and whose nvCOMP arguments and assemble ops follow up to used: the
+// slab from the first part's start to used in one copy when none of the
+// wave's reads is mapped; else, per live part, each mapped read from its
+// file's pages (neighbours in both the file and the slab as one copy),
+// each run of preads from the slab, and the part's CPU-decoded chunks; and
+// the slab from meta to used.
 func (cw *cudaWave) h2dCopies(slab []byte, base cuda.DevicePtr, meta, used int64) []cuda.HostCopy {
-	if cw.mapped == nil {
-		return []cuda.HostCopy{{Dst: base, Src: slab[:used]}}
+	live := cw.live()
+	mapped := false
+	for _, p := range live {
+		mapped = mapped || p.mapped != nil
+	}
+	if !mapped {
+		from := cw.parts[0].slabAt
+		return []cuda.HostCopy{{Dst: base + cuda.DevicePtr(from), Src: slab[from:used]}}
 	}
 	var out []cuda.HostCopy
 	add := func(dst int64, src []byte) {
-		out = append(out, cuda.HostCopy{Dst: base + cuda.DevicePtr(dst), Src: src})
+		if len(src) > 0 {
+			out = append(out, cuda.HostCopy{Dst: base + cuda.DevicePtr(dst), Src: src})
+		}
 	}
-	run := int64(-1) // start of the run of preads not yet listed
+	for _, p := range live {
+		end := p.slabAt // where the part's reads end
+		if p.mapped == nil {
+			if n := len(p.reads); n > 0 {
+				end = align(p.reads[n-1].slabOff + p.reads[n-1].length)
+			}
+			add(p.slabAt, slab[p.slabAt:end])
+		} else {
+			end = p.mappedCopies(slab, base, &out)
+		}
+		add(end, slab[end:p.slabEnd])
+	}
+	add(meta, slab[meta:used])
+	return out
+}
+
+// mappedCopies appends to out the copies of the part's reads, some mapped,
+// and returns where its reads end in the slab.
+func (p *wavePart) mappedCopies(slab []byte, base cuda.DevicePtr, out *[]cuda.HostCopy) int64 {
+	add := func(dst int64, src []byte) {
+		*out = append(*out, cuda.HostCopy{Dst: base + cuda.DevicePtr(dst), Src: src})
+	}
+	first := len(*out) // copies before first are other parts'
+	run := int64(-1)   // start of the run of preads not yet listed
 	flush := func(end int64) {
 		if run >= 0 {
 			add(run, slab[run:end])
@@ -133,8 +168,8 @@ func (cw *cudaWave) h2dCopies(slab []byte, base cuda.DevicePtr, meta, used int64
 		}
 	}
 	var prev *fileMap // the file of the last copy listed, when mapped
-	for i := range cw.reads {
-		r, f := &cw.reads[i], cw.mapped[i]
+	for i := range p.reads {
+		r, f := &p.reads[i], p.mapped[i]
 		if f == nil {
 			if run < 0 {
 				run = r.slabOff
@@ -143,13 +178,13 @@ func (cw *cudaWave) h2dCopies(slab []byte, base cuda.DevicePtr, meta, used int64
 			continue
 		}
 		if i > 0 {
-			flush(cw.reads[i-1].slabOff + cw.reads[i-1].length)
+			flush(p.reads[i-1].slabOff + p.reads[i-1].length)
 		}
-		if n := len(out); prev == f {
-			last := &out[n-1]
-			p := &cw.reads[i-1]
-			gap := r.slabOff - (p.slabOff + p.length)
-			if gap >= 0 && gap < 64<<10 && p.offset+p.length+gap == r.offset {
+		if n := len(*out); prev == f && n > first {
+			last := &(*out)[n-1]
+			q := &p.reads[i-1]
+			gap := r.slabOff - (q.slabOff + q.length)
+			if gap >= 0 && gap < 64<<10 && q.offset+q.length+gap == r.offset {
 				last.Src = f.data[r.offset-(r.slabOff-int64(last.Dst-base)) : r.offset+r.length]
 				continue
 			}
@@ -157,11 +192,11 @@ func (cw *cudaWave) h2dCopies(slab []byte, base cuda.DevicePtr, meta, used int64
 		add(r.slabOff, f.data[r.offset:r.offset+r.length])
 		prev = f
 	}
-	if n := len(cw.reads); n > 0 {
-		flush(cw.reads[n-1].slabOff + cw.reads[n-1].length)
+	end := p.slabAt
+	if n := len(p.reads); n > 0 {
+		end = p.reads[n-1].slabOff + p.reads[n-1].length
+		flush(end)
+		end = align(end)
 	}
-	if meta < used {
-		add(meta, slab[meta:used])
-	}
-	return out
+	return end
 }

@@ -36,22 +36,41 @@ func (e *cudaEngine) retire(ctx context.Context, in <-chan *cudaWave, out chan<-
 		if cw.submitted {
 			e.finish(ctx, cw)
 		}
-		e.recycle(cw)
-		e.settleCache(cw)
+		if len(cw.late) == 0 {
+			e.recycle(cw)
+			e.settleCache(cw)
+		}
 		e.wavesDone.Add(1)
-		bs := cw.batch
-		if cw.err != nil {
-			bs.fail(cw.err)
+		for _, p := range cw.parts {
+			if p.lateDone != nil && !e.waitLate(ctx, cw, p) {
+				return
+			}
+			bs := p.batch
+			for _, err := range []error{cw.err, p.err} {
+				if err != nil {
+					bs.fail(err)
+				}
+			}
+			if se := e.sticky.Load(); se != nil {
+				bs.fail(se)
+			}
+			if p.last && !e.emit(ctx, bs, out) {
+				return
+			}
 		}
-		if se := e.sticky.Load(); se != nil {
-			bs.fail(se)
+		if len(cw.late) > 0 { // their assembly read the wave buffer and the chunk cache
+			e.recycle(cw)
+			e.settleCache(cw)
 		}
-		if !cw.last {
-			continue
-		}
-		if !bs.emit(ctx, out) {
-			return
-		}
+	}
+}
+
+// forget drops the wave's slab, buffer and mappings without giving them
+// back: the GPU may still use them.
+func (cw *cudaWave) forget() {
+	cw.slab, cw.buf = nil, nil
+	for _, p := range cw.parts {
+		p.mapped = nil
 	}
 }
 
@@ -63,21 +82,23 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 		if se := e.sticky.Load(); se != nil {
 			cw.err = se
 		}
-		cw.slab, cw.buf, cw.mapped = nil, nil, nil
+		cw.forget()
 		return
 	}
 	if err := e.wait(b.h2d, "h2d"); err != nil {
 		cw.err = err
 		if errors.Is(err, errStuck) { // the GPU still owns the slab, the mappings and the buffer
-			cw.slab, cw.buf, cw.mapped = nil, nil, nil
+			cw.forget()
 			return
 		}
 	}
 	e.slabs <- cw.slab
 	cw.slab = nil
+	head := cw.parts[0]
+	id := head.batch.req.id
 	tw := time.Now()
 	err := e.wait(b.done, "assemble")
-	e.trace.span(Span{Stage: "wait", Lane: "retire", Batch: cw.batch.req.id, Wave: cw.index, Start: tw, End: time.Now()})
+	e.trace.span(Span{Stage: "wait", Lane: "retire", Batch: id, Wave: head.index, Start: tw, End: time.Now()})
 	if err != nil {
 		cw.err = err
 		if errors.Is(err, errStuck) {
@@ -98,12 +119,15 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 		}
 	}
 	elems := int64(0)
-	for _, op := range cw.plan.Ops() {
-		n := int64(1)
-		for d := range len(e.shape) {
-			n *= int64(op.Extent[d])
+	live := cw.live()
+	for _, p := range live {
+		for _, op := range p.plan.Ops() {
+			n := int64(1)
+			for d := range len(e.shape) {
+				n *= int64(op.Extent[d])
+			}
+			elems += n
 		}
-		elems += n
 	}
 	e.split.gpuDone(outB, dec)
 	if e.trace != nil {
@@ -113,10 +137,9 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 		total, _ := cuda.EventElapsedTime(b.start, b.done)
 		t0 := now.Add(-total)
 		at := func(ev cuda.Event) time.Time { d, _ := cuda.EventElapsedTime(b.start, ev); return t0.Add(d) }
-		id := cw.batch.req.id
-		e.trace.span(Span{Stage: "h2d", Lane: "copy stream", Batch: id, Wave: cw.index, Start: t0, End: at(b.h2d), Bytes: cw.copied()})
-		e.trace.span(Span{Stage: "decode", Lane: "decode stream", Batch: id, Wave: cw.index, Start: at(b.decStart), End: at(b.dec), Bytes: outB})
-		e.trace.span(Span{Stage: "assemble", Lane: "assemble stream", Batch: id, Wave: cw.index, Start: at(b.dec), End: now, Bytes: elems * int64(e.layout.Dtype.Size())})
+		e.trace.span(Span{Stage: "h2d", Lane: "copy stream", Batch: id, Wave: head.index, Start: t0, End: at(b.h2d), Bytes: cw.copied()})
+		e.trace.span(Span{Stage: "decode", Lane: "decode stream", Batch: id, Wave: head.index, Start: at(b.decStart), End: at(b.dec), Bytes: outB})
+		e.trace.span(Span{Stage: "assemble", Lane: "assemble stream", Batch: id, Wave: head.index, Start: at(b.dec), End: now, Bytes: elems * int64(e.layout.Dtype.Size())})
 	}
 	e.stats.update(func(s *Stats) {
 		s.H2D.add(h2d, cw.copied(), cw.copied())
@@ -127,6 +150,9 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 		}
 		s.Assemble.add(asm, 0, elems*int64(e.layout.Dtype.Size()))
 		s.WavesEmitted++
+		if len(live) > 1 {
+			s.WavesShared++
+		}
 	})
 	if len(cw.ents) == 0 {
 		return
@@ -145,16 +171,19 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 // not decode (a failed status or a wrong size; an LZ4 block the GPU check
 // refused decodes to nothing). It finds them in the per-chunk statuses,
 // reads and decodes them again on the CPU, copies them to their places in
-// the arena and assembles the wave again, so a chunk that only nvCOMP
-// cannot decode still gives the right data. Only refused LZ4 blocks are
-// known to have left the arena alone (every other LZ4 block passed the
-// walk); a failed zstd frame may have written anywhere in it (nvCOMP does
-// not bound its writes), so then every nvCOMP chunk of the wave is decoded
-// again. A chunk the CPU cannot decode either is the wave's ErrDecode. It
+// the arena and assembles the wave's parts again, so a chunk that only
+// nvCOMP cannot decode still gives the right data. Only refused LZ4 blocks
+// are known to have left the arena alone (every other LZ4 block passed
+// the walk); a failed zstd frame may have written anywhere in it (nvCOMP
+// does not bound its writes), so then every nvCOMP chunk of the wave is
+// decoded again. A chunk the CPU cannot decode either is an ErrDecode of
+// its part (the other parts are assembled); a CUDA error, the wave's. It
 // runs on the retire thread after the wave is done: the wave buffer still
-// holds the wave's assemble ops and arena, and the batch's slot is not yet
-// handed out.
+// holds the wave's assemble ops and arena, and the batches' slots are not
+// yet handed out.
 func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSummary) error {
+	cw.lateMu.Lock() // the late parts' assembly waits, or is redone too
+	defer cw.lateMu.Unlock()
 	b, n := cw.buf, len(cw.ents)
 	gpuErr := func(stage string, err error) error {
 		ce := cudaError(stage, err)
@@ -194,12 +223,20 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 			}
 		}
 	}
+	partOf := map[*job]*wavePart{}
+	for _, p := range cw.live() {
+		for _, ji := range p.jobs {
+			partOf[p.batch.plan.jobs[ji]] = p
+		}
+	}
 	outs := make([][]byte, len(jobs))
-	err := e.cpu.Run(ctx, len(jobs), func(k int) error {
+	errs := make([]error, len(jobs))
+	e.cpu.Run(ctx, len(jobs), func(k int) error {
 		j := jobs[k]
 		stored := make([]byte, j.chunk.Length)
 		if err := e.fds.read(&readOp{src: j.src, key: j.chunk.Key, offset: j.chunk.Offset, length: j.chunk.Length}, stored); err != nil {
-			return err
+			errs[k] = err
+			return nil
 		}
 		out := make([]byte, j.layout.Bytes())
 		if err := e.decodeAgain(j, stored, out); err != nil {
@@ -207,12 +244,13 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 			if nv == nil {
 				nv = errors.New("decoded, but another chunk of the wave failed")
 			}
-			return errorf("decode", ErrDecode, j.src.uri, "chunk %s at offset %d (%d bytes): %v (nvCOMP: %v)", j.chunk.Key, j.chunk.Offset, j.chunk.Length, err, nv)
+			errs[k] = errorf("decode", ErrDecode, j.src.uri, "chunk %s at offset %d (%d bytes): %v (nvCOMP: %v)", j.chunk.Key, j.chunk.Offset, j.chunk.Length, err, nv)
+			return nil
 		}
 		outs[k] = out
 		return nil
 	}, nil)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	// The chunk cache's copies of these chunks were taken from the arena
@@ -222,6 +260,16 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 		cached[in.job] = in.entry
 	}
 	for k, j := range jobs {
+		if errs[k] != nil {
+			p := partOf[j]
+			if p == nil {
+				return errs[k]
+			}
+			if p.err == nil {
+				p.err = errs[k]
+			}
+			continue
+		}
 		if err := cuda.CopyHtoD(b.base+cuda.DevicePtr(b.arena+j.decOff), outs[k]); err != nil {
 			return gpuErr("decode", err)
 		}
@@ -231,9 +279,13 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 			}
 		}
 	}
-	ops, blocks := b.base+cuda.DevicePtr(cw.opsOff), b.base+cuda.DevicePtr(cw.blkOff)
-	if err := e.kernels.Assemble(e.asmS, cw.plan, ops, blocks, b.base, e.readable(b), cuda.DevicePtr(cw.batch.slot.dev)); err != nil {
-		return gpuErr("assemble", err)
+	for _, p := range cw.live() {
+		if !cw.assembled(p) {
+			continue
+		}
+		if err := e.assemble(b, p); err != nil {
+			return gpuErr("assemble", err)
+		}
 	}
 	if err := e.asmS.Synchronize(); err != nil {
 		return gpuErr("assemble", err)
@@ -246,23 +298,24 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 }
 
 // settleCache ends a retired wave's use of the chunk cache: the chunks it
-// copied in are published if the wave came through sound, else their room
-// is freed, and the entries it read are unpinned. Behind a stuck wave it
-// leaves everything as it is: the GPU may still be at it.
+// copied in are published if their part came through sound, else their
+// room is freed, and the entries it read are unpinned. Behind a stuck
+// wave it leaves everything as it is: the GPU may still be at it.
 func (e *cudaEngine) settleCache(cw *cudaWave) {
 	if e.chunks == nil || e.stuck.Load() {
 		return
 	}
-	sound := cw.submitted && cw.err == nil
 	for _, in := range cw.inserts {
-		if sound {
+		if cw.submitted && cw.err == nil && in.part.err == nil {
 			e.chunks.publish(in.entry)
 		} else {
 			e.chunks.drop(in.entry)
 		}
 	}
 	cw.inserts = nil
-	e.releaseHits(cw.wave)
+	for _, p := range cw.parts {
+		e.releaseHits(p.wave)
+	}
 }
 
 // decodeAgain decodes the stored bytes of a chunk nvCOMP did not decode

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -64,6 +65,9 @@ type cudaEngine struct {
 	wavesRead atomic.Int64          // waves whose reads are done (or skipped)
 	wavesDone atomic.Int64          // waves retired
 	cpuShare  float64               // route's running CPU share, in bytes (plan goroutine only)
+	lateParts atomic.Int64 // parts assembled late (see takeSlots)
+	holdersMu sync.Mutex
+	holders   map[*batchState]struct{} // batches holding a slot, until emitted (see dropSlots)
 }
 
 // waveBuf is one device wave buffer: staging (a copy of the slab) then the
@@ -82,7 +86,8 @@ type waveBuf struct {
 	decStart cuda.Event       // when the decode stream reaches the wave,
 	dec      cuda.Event       // after decoding,
 	done     cuda.Event       // after assembly
-	plans    [2]*ptx.Plan     // the assemble plans of the waves using the buffer, in turn: the next wave's is laid out while the last one's may still be redone
+	late     cuda.Event       // after the assembly of its wave's late parts (cudaWave.late)
+	plans    [2][]*ptx.Plan   // the assemble plans (one per part) of the waves using the buffer, in turn: the next wave's are laid out while the last one's may still be redone
 	uses     int              // waves that took the buffer (prepare goroutine only)
 }
 
@@ -230,7 +235,7 @@ func (e *cudaEngine) setup(withNVCOMP bool, ph *phases) error {
 			if b.sumHost, err = cuda.HostAlloc(ptx.StatusSummarySize, 0); err != nil {
 				return err
 			}
-			for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.done} {
+			for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.done, &b.late} {
 				if *ev, err = cuda.NewEvent(cuda.EventDefault); err != nil {
 					return err
 				}
@@ -279,18 +284,28 @@ func (e *cudaEngine) reserve(shape []int) error {
 		return newError("new", ErrInvalid, "", err)
 	}
 	// The block table of a wave has at most one entry per ElemsPerBlock
-	// output elements plus one per op: reserve the first part per wave.
-	e.metaRes = align((e.layout.Bytes()/int64(e.layout.Dtype.Size()))/ptx.ElemsPerBlock*4 + 4096)
-	if e.metaRes >= e.lim.slab/2 {
-		return errorf("new", ErrBudget, "", "a batch of %d x %v needs %d staging bytes per wave for its block table: raise Config.HostBufferBytes", e.cfg.BatchSize, shape, e.metaRes)
+	// output elements plus one per op: reserve the first part per wave,
+	// for as many batches' elements as a wave may carry (see stages.plan;
+	// fewer when that would take more than an eighth of the slab).
+	elems := e.layout.Bytes() / int64(e.layout.Dtype.Size())
+	one := align(elems/ptx.ElemsPerBlock*4 + 4096)
+	if one >= e.lim.slab/2 {
+		return errorf("new", ErrBudget, "", "a batch of %d x %v needs %d staging bytes per wave for its block table: raise Config.HostBufferBytes", e.cfg.BatchSize, shape, one)
 	}
+	k := int64(maxWaveParts)
+	for k > 1 && k*one > e.lim.slab/8 {
+		k--
+	}
+	e.metaRes = k * one
 	e.lim.slab -= e.metaRes
+	e.lim.elems = k * elems
 	for _, b := range e.bufs {
-		var err error
 		for k := range b.plans {
-			if b.plans[k], err = ptx.NewPlan(e.layout); err != nil {
+			pl, err := ptx.NewPlan(e.layout)
+			if err != nil {
 				return newError("new", ErrInvalid, "", err)
 			}
+			b.plans[k] = []*ptx.Plan{pl}
 		}
 	}
 	bytes := e.layout.Bytes()

@@ -141,12 +141,17 @@ func TestCUDAEngineMatchesHost(t *testing.T) {
 	for _, nv := range []bool{true, false} {
 		for _, out := range []Dtype{F32, BF16} {
 			t.Run(fmt.Sprintf("nvcomp=%v/%s", nv, out), func(t *testing.T) {
+				// Three slots: a batch's last wave can take the next
+				// batch's first chunks while Pop's caller holds one.
 				cfg := Config{BatchSize: 16, SampleShape: []int{9, 11, 6}, Dtype: out, HostBufferBytes: 16 << 20,
-					DeviceBufferBytes: 4 << 20, MaxChunkBytes: 1 << 20}
+					DeviceBufferBytes: 4 << 20, MaxChunkBytes: 1 << 20, BatchSlots: 3}
 				st := runBoth(t, cfg, samples, nv)
-				t.Logf("%s: %d waves, %d chunks decoded (%d by nvCOMP), %d fills", st.Decoder, st.WavesEmitted, st.ChunksDecoded, st.ChunksGPU, st.ChunksFill)
+				t.Logf("%s: %d waves (%d shared by batches), %d chunks decoded (%d by nvCOMP), %d fills", st.Decoder, st.WavesEmitted, st.WavesShared, st.ChunksDecoded, st.ChunksGPU, st.ChunksFill)
 				if nv && st.ChunksGPU == 0 && st.Decoder != "cpu" {
 					t.Errorf("nvCOMP is loaded but decoded no chunk")
+				}
+				if st.WavesShared == 0 {
+					t.Errorf("no wave carried chunks of two batches")
 				}
 			})
 		}

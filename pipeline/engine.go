@@ -112,6 +112,18 @@ func (sp *slotPool) get(ctx context.Context) (*slot, error) {
 	}
 }
 
+// tryGet takes a free slot if there is one, else returns nil.
+func (sp *slotPool) tryGet() *slot {
+	select {
+	case s := <-sp.free:
+		sp.inUse.Add(1)
+		s.refs.Store(1)
+		return s
+	default:
+		return nil
+	}
+}
+
 func (sp *slotPool) put(s *slot) {
 	sp.mu.Lock()
 	n := sp.inUse.Add(-1)

@@ -42,8 +42,10 @@ func TestFileMapsNote(t *testing.T) {
 
 // h2dCopies must put into the wave buffer's staging exactly what one copy
 // of a slab holding every read would: each read's file bytes at its slab
-// offset, and the slab's bytes from meta to used; never outside [0, used)
-// and never two copies on one byte. Mapped neighbours merge.
+// offset, each part's CPU-decoded chunks after its reads, and the slab's
+// bytes from meta to used; never outside [0, used) and never two copies on
+// one byte. Mapped neighbours merge. A wave carries one to three parts,
+// each starting where the one before ends.
 func TestH2DCopies(t *testing.T) {
 	seed := zarrtest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
@@ -52,35 +54,44 @@ func TestH2DCopies(t *testing.T) {
 		for i := range files {
 			files[i] = &fileMap{data: randomBytes(rng, 1<<14)}
 		}
-		slab := randomBytes(rng, 1<<16)
-		cw := &cudaWave{wave: &wave{}}
+		slab := randomBytes(rng, 1<<17)
+		cw := &cudaWave{}
 		at := int64(0)
-		fileOf := make([]int, 0)
-		for range rng.IntN(12) {
-			f := rng.IntN(len(files))
-			off, n := rng.Int64N(1<<13), 1+rng.Int64N(1<<10)
-			if k := len(cw.reads); k > 0 && fileOf[k-1] == f && rng.IntN(2) == 0 {
-				// Continues the previous read in both the file and
-				// the slab (gap equal in both).
-				p := cw.reads[k-1]
-				gap := rng.Int64N(300)
-				off = p.offset + p.length + gap
-				at = p.slabOff + p.length + gap
-				if off+n > 1<<14 {
-					continue
+		any := false
+		type span struct{ from, to int64 }
+		var cpu []span
+		for range 1 + rng.IntN(3) {
+			p := &wavePart{wave: &wave{slabAt: at}}
+			fileOf := make([]int, 0)
+			for range rng.IntN(12) {
+				f := rng.IntN(len(files))
+				off, n := rng.Int64N(1<<13), 1+rng.Int64N(1<<10)
+				if k := len(p.reads); k > 0 && fileOf[k-1] == f && rng.IntN(2) == 0 {
+					// Continues the previous read in both the file and
+					// the slab (gap equal in both).
+					q := p.reads[k-1]
+					gap := rng.Int64N(300)
+					off = q.offset + q.length + gap
+					at = q.slabOff + q.length + gap
+					if off+n > 1<<14 {
+						continue
+					}
+				}
+				p.reads = append(p.reads, readOp{offset: off, length: n, slabOff: at})
+				fileOf = append(fileOf, f)
+				at = align(at + n)
+			}
+			p.mapped = make([]*fileMap, len(p.reads))
+			for i := range p.reads {
+				if rng.IntN(3) > 0 {
+					p.mapped[i] = files[fileOf[i]]
+					any = true
 				}
 			}
-			cw.reads = append(cw.reads, readOp{offset: off, length: n, slabOff: at})
-			fileOf = append(fileOf, f)
-			at = align(at + n)
-		}
-		cw.mapped = make([]*fileMap, len(cw.reads))
-		any := false
-		for i := range cw.reads {
-			if rng.IntN(3) > 0 {
-				cw.mapped[i] = files[fileOf[i]]
-				any = true
-			}
+			p.slabEnd = at + align(rng.Int64N(1<<11)) // the part's CPU-decoded chunks
+			cpu = append(cpu, span{at, p.slabEnd})
+			at = p.slabEnd
+			cw.parts = append(cw.parts, p)
 		}
 		if !any {
 			continue
@@ -89,19 +100,25 @@ func TestH2DCopies(t *testing.T) {
 		used := meta + rng.Int64N(1<<12)
 		want := make([]byte, used)
 		defined := make([]bool, used)
-		for i, r := range cw.reads {
-			src := slab[r.slabOff : r.slabOff+r.length]
-			if f := cw.mapped[i]; f != nil {
-				src = f.data[r.offset : r.offset+r.length]
-			}
-			copy(want[r.slabOff:], src)
-			for k := r.slabOff; k < r.slabOff+r.length; k++ {
-				defined[k] = true
+		nreads := 0
+		for _, p := range cw.parts {
+			nreads += len(p.reads)
+			for i, r := range p.reads {
+				src := slab[r.slabOff : r.slabOff+r.length]
+				if f := p.mapped[i]; f != nil {
+					src = f.data[r.offset : r.offset+r.length]
+				}
+				copy(want[r.slabOff:], src)
+				for k := r.slabOff; k < r.slabOff+r.length; k++ {
+					defined[k] = true
+				}
 			}
 		}
-		copy(want[meta:], slab[meta:used])
-		for k := meta; k < used; k++ {
-			defined[k] = true
+		for _, c := range append(cpu, span{meta, used}) {
+			copy(want[c.from:c.to], slab[c.from:c.to])
+			for k := c.from; k < c.to; k++ {
+				defined[k] = true
+			}
 		}
 		got := make([]byte, used)
 		written := make([]bool, used)
@@ -122,11 +139,11 @@ func TestH2DCopies(t *testing.T) {
 		}
 		for k := range used {
 			if defined[k] && (!written[k] || got[k] != want[k]) {
-				t.Fatalf("round %d: staging byte %d: written %v, %d, want %d (reads %+v)", round, k, written[k], got[k], want[k], cw.reads)
+				t.Fatalf("round %d: staging byte %d: written %v, %d, want %d", round, k, written[k], got[k], want[k])
 			}
 		}
-		if len(copies) > len(cw.reads)+1 {
-			t.Fatalf("round %d: %d copies for %d reads", round, len(copies), len(cw.reads))
+		if len(copies) > nreads+len(cw.parts)+1 {
+			t.Fatalf("round %d: %d copies for %d reads in %d parts", round, len(copies), nreads, len(cw.parts))
 		}
 	}
 }

@@ -84,66 +84,6 @@ func (s *stages) close() {
 
 func (s *stages) headStage() stage { return stage(s.head.Load()) }
 
-// plan turns requests into waves: the first stage of both engines. A batch
-// that cannot be planned travels as one wave carrying its error, so that
-// results stay in order.
-func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wave, route func(*job)) {
-	defer close(out)
-	for req := range reqs {
-		bs := &batchState{req: req, t0: time.Now()}
-		waves := []*wave{{batch: bs, last: true}}
-		var versions *batchVersions
-		if s.chunks != nil {
-			versions = newBatchVersions(s.fds.files, s.maps)
-		}
-		var hits []*cacheEntry
-		lookup := func(j *job) {
-			if s.chunks != nil {
-				k := versions.key(j.src, &j.chunk)
-				if j.hit = s.chunks.lookup(k, &j.psrc); j.hit != nil {
-					j.psrc = j.hit.src
-					hits = append(hits, j.hit)
-					return
-				}
-				j.cacheKey = &k
-			}
-			route(j)
-		}
-		if req.err != nil {
-			bs.fail(req.err)
-		} else if bp, err := planBatch(s.meta, req, s.cfg.MaxChunkBytes, versions.locator, lookup); err != nil {
-			s.releaseAll(hits)
-			bs.fail(err)
-		} else if err := bp.cutWaves(bs, s.lim); err != nil {
-			s.releaseAll(hits)
-			bs.fail(err)
-		} else {
-			bs.plan = bp
-			waves = bp.waves
-			var reads, dedup int64
-			for _, w := range bp.waves {
-				reads += int64(len(w.reads))
-			}
-			for _, j := range bp.jobs {
-				dedup += int64(max(j.waveUses-1, 0))
-			}
-			s.trace.span(Span{Stage: "plan", Lane: "planner", Batch: req.id, Wave: -1, Start: bs.t0, End: time.Now()})
-			s.stats.update(func(st *Stats) {
-				st.Plan.add(time.Since(bs.t0), 0, 0)
-				st.BoxBytes += bp.box
-				st.ChunksDeduped += dedup
-			})
-		}
-		for _, w := range waves {
-			select {
-			case out <- w:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-}
-
 // releaseAll unpins chunk cache entries of a batch that failed planning.
 func (s *stages) releaseAll(hits []*cacheEntry) {
 	for _, e := range hits {
@@ -408,7 +348,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 		defer wg.Done()
 		h.plan(ctx, reqs, planned, func(j *job) {
 			j.slabCost, j.arenaCost = j.chunk.Length, int64(j.layout.Bytes())+zarr.DecodeSlack
-		})
+		}, false)
 	}()
 	go func() {
 		defer wg.Done()

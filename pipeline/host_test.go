@@ -178,7 +178,7 @@ func checkEngine(t *testing.T, cfg Config, paths []string, nBoxes int, seed uint
 		b.Release()
 	}
 	st := p.Stats()
-	t.Logf("%d batches, %d waves, %d chunks decoded (%d bytes)", st.BatchesEmitted, st.WavesEmitted, st.ChunksDecoded, st.Decompress.OutBytes)
+	t.Logf("%d batches, %d waves (%d shared), %d chunks decoded (%d bytes)", st.BatchesEmitted, st.WavesEmitted, st.WavesShared, st.ChunksDecoded, st.Decompress.OutBytes)
 }
 
 func firstDiff(have, want []byte, size int) string {

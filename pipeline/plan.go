@@ -55,10 +55,22 @@ type wave struct {
 	hits   []int // indexes into batchPlan.jobs: the chunks it finds in the chunk cache
 	copies []int // indexes into batchPlan.copies
 	reads  []readOp
-	slab   int64 // staging bytes used
-	arena  int64 // decoded bytes used
+	slab   int64 // staging bytes the cut counted for it, and for the waves before it in its slab
+	arena  int64 // the end of its decoded bytes in the arena
 	ops    int   // copy ops
+	elems  int64 // output elements of its copies, and of those of the waves before it in its slab
 	last   bool  // the batch's last wave
+
+	// A batch's first wave may share the slab, arena and nvCOMP calls of
+	// the previous batch's last wave (see stages.plan): it is carried,
+	// its reads start at slabAt and its decoded bytes at arenaAt, after
+	// those of the wave it joins, whose joinsNext is set.
+	carried   bool
+	joinsNext bool
+	slabAt    int64
+	arenaAt   int64
+	slabEnd   int64 // after layout: where its reads and slab-decoded chunks end
+	prior     int   // jobs of the waves before it in its slab
 
 	slabBuf []byte // host engine: the slab holding the wave's reads
 }
@@ -136,6 +148,7 @@ type waveLimits struct {
 	slab, arena int64
 	jobs        int
 	ops         int   // copy ops (0: no limit)
+	elems       int64 // output elements (0: no limit); the block table's room, which one batch always fits
 	opCost      int64 // staging bytes each copy op takes (its descriptor), 0 on the host engine
 	readCap     int64 // largest coalesced read
 	readGap     int64 // largest gap bridged when coalescing
@@ -211,8 +224,10 @@ func planError(uri string, err error) error {
 // lim, coalesces each wave's reads, and gives every job its slab and arena
 // offsets. Fill copies go to the first wave. A chunk cache hit joins a
 // wave with its copy ops only. A job too big for an empty
-// wave is an ErrBudget naming the chunk and the limit to raise.
-func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
+// wave is an ErrBudget naming the chunk and the limit to raise. With carry
+// (the previous batch's last wave, laid out), the first wave starts where
+// carry ends and is carried, unless not even the batch's fills fit there.
+func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits, carry *wave) error {
 	order := make([]int, len(bp.jobs))
 	for i := range order {
 		order[i] = i
@@ -222,26 +237,49 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 		return cmp.Or(cmp.Compare(x.src.uri, y.src.uri), cmp.Compare(x.chunk.Key, y.chunk.Key), cmp.Compare(x.chunk.Offset, y.chunk.Offset))
 	})
 	uses := make([]int, len(bp.jobs))
+	elems := make([]int64, len(bp.jobs))
 	fills := 0
+	var fillElems int64
 	for _, c := range bp.copies {
+		n := int64(1)
+		for _, x := range c.Shape {
+			n *= x
+		}
 		if c.Job >= 0 {
 			uses[c.Job]++
+			elems[c.Job] += n
 		} else {
 			fills++
+			fillElems += n
 		}
 	}
-	opsLim := lim.ops
+	opsLim, elemsLim := lim.ops, lim.elems
 	if opsLim == 0 {
 		opsLim = math.MaxInt
 	}
+	if elemsLim == 0 {
+		elemsLim = math.MaxInt64
+	}
 	if fills > opsLim {
 		return errorf("plan", ErrBudget, "", "a batch needs %d fill ops, a wave takes %d", fills, opsLim)
+	}
+	if carry != nil && (carry.slab+int64(fills)*lim.opCost > lim.slab || carry.elems+fillElems > elemsLim) {
+		carry = nil
 	}
 	newWave := func() *wave {
 		w := &wave{batch: bs, index: len(bp.waves)}
 		if w.index == 0 {
 			w.ops = fills
 			w.slab = int64(fills) * lim.opCost
+			w.elems = fillElems
+			if carry != nil {
+				w.carried = true
+				w.slabAt, w.arenaAt = carry.slabEnd, carry.arena
+				w.slab += carry.slab
+				w.arena = carry.arena
+				w.elems += carry.elems
+				w.prior = carry.prior + len(carry.jobs)
+			}
 		}
 		bp.waves = append(bp.waves, w)
 		return w
@@ -250,7 +288,7 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 	for _, ji := range order {
 		j := bp.jobs[ji]
 		slab, arena := align(j.slabCost)+int64(uses[ji])*lim.opCost, align(j.arenaCost)
-		if slab > lim.slab || (len(bp.waves) == 0 && slab+int64(fills)*lim.opCost > lim.slab) {
+		if slab > lim.slab || (len(bp.waves) == 0 && carry == nil && slab+int64(fills)*lim.opCost > lim.slab) {
 			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d needs %d staging bytes, a wave has %d: raise Config.HostBufferBytes", j.chunk.Key, j.chunk.Offset, slab, lim.slab)
 		}
 		if arena > lim.arena {
@@ -259,9 +297,13 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 		if uses[ji] > opsLim {
 			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d is used by %d copy ops, a wave takes %d", j.chunk.Key, j.chunk.Offset, uses[ji], opsLim)
 		}
-		if w == nil || w.slab+slab > lim.slab || w.arena+arena > lim.arena || (j.hit == nil && len(w.jobs) == lim.jobs) || w.ops+uses[ji] > opsLim {
+		fits := func(w *wave) bool {
+			return w.slab+slab <= lim.slab && w.arena+arena <= lim.arena && (j.hit != nil || len(w.jobs)+w.prior < lim.jobs) &&
+				w.ops+uses[ji] <= opsLim && w.elems+elems[ji] <= elemsLim
+		}
+		if w == nil || !fits(w) {
 			w = newWave()
-			if w.index == 0 && w.slab+slab > lim.slab { // the fills crowd wave 0
+			if w.index == 0 && !fits(w) { // the fills, or the carried wave, crowd wave 0
 				w = newWave()
 			}
 		}
@@ -273,9 +315,17 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 		w.slab += slab
 		w.arena += arena
 		w.ops += uses[ji]
+		w.elems += elems[ji]
 	}
 	if len(bp.waves) == 0 { // nothing to read: all fill
 		newWave()
+	}
+	if w0 := bp.waves[0]; w0.carried && len(w0.jobs)+len(w0.hits) == 0 && fills == 0 && len(bp.waves) > 1 {
+		// Nothing of the batch fitted after carry.
+		bp.waves = bp.waves[1:]
+		for i, w := range bp.waves {
+			w.index = i
+		}
 	}
 	jobWave := make([]*wave, len(bp.jobs))
 	for _, w := range bp.waves {
@@ -303,12 +353,13 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits) error {
 
 // layout coalesces the wave's reads and places its jobs: stored bytes in
 // the slab in read order, then the outputs of CPU-decoded jobs that travel
-// in the slab (CUDA engine); decoded bytes of the others in the arena. A
-// gap between two reads is bridged only while the slab has room for it.
+// in the slab (CUDA engine); decoded bytes of the others in the arena; all
+// from slabAt and arenaAt. A gap between two reads is bridged only while
+// the slab has room for it, and counts in w.slab.
 func (w *wave) layout(bp *batchPlan, lim waveLimits) {
 	w.reads = w.reads[:0]
 	slack := lim.slab - w.slab // w.slab is the sum of the jobs' costs here
-	var slab, arena int64
+	slab, arena := w.slabAt, w.arenaAt
 	for _, ji := range w.jobs {
 		j := bp.jobs[ji]
 		c := j.chunk
@@ -320,6 +371,7 @@ func (w *wave) layout(bp *batchPlan, lim waveLimits) {
 			if r.src == j.src && r.key == c.Key && gap >= 0 && gap <= lim.readGap &&
 				c.Offset+c.Length-r.offset <= lim.readCap && extra <= slack {
 				slack -= max(extra, 0)
+				w.slab += max(extra, 0)
 				r.length = c.Offset + c.Length - r.offset
 				j.slabOff = r.slabOff + (c.Offset - r.offset)
 				j.readOp = n - 1
@@ -342,5 +394,5 @@ func (w *wave) layout(bp *batchPlan, lim waveLimits) {
 			arena += align(j.arenaCost)
 		}
 	}
-	w.slab, w.arena = slab+int64(w.ops)*lim.opCost, arena
+	w.slabEnd, w.arena = slab, arena
 }

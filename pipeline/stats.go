@@ -46,6 +46,7 @@ type Stats struct {
 	BatchesEmitted                   int64 // batches returned by Pop
 	BatchesTruncated                 int64 // ragged batches (shape[0] < BatchSize)
 	WavesEmitted                     int64 // waves assembled
+	WavesShared                      int64 // CUDA engine: of WavesEmitted, waves that carried chunks of more than one batch
 	GPUBytesCommitted                int64 // gauge: device memory reserved at New (the chunk cache included)
 
 	ChunkCacheHits      int64 // chunks a batch found in the chunk cache (no read, copy or decode)

@@ -265,6 +265,7 @@ type statsMsg struct {
 	BatchesEmitted    int64 `json:"batches_emitted"`
 	BatchesTruncated  int64 `json:"batches_truncated"`
 	WavesEmitted      int64 `json:"waves_emitted"`
+	WavesShared       int64 `json:"waves_shared"`
 	GPUBytesCommitted int64 `json:"gpu_bytes_committed"`
 
 	Engine          string    `json:"engine"`
@@ -301,7 +302,7 @@ func statsOf(s pipeline.Stats) statsMsg {
 
 		ZarrMetaHits: s.ZarrMetaHits, ZarrMetaMisses: s.ZarrMetaMisses, ShardIdxHits: s.ShardIndexHits,
 		ShardIdxMisses: s.ShardIndexMisses, BatchesEmitted: s.BatchesEmitted, BatchesTruncated: s.BatchesTruncated,
-		WavesEmitted: s.WavesEmitted, GPUBytesCommitted: s.GPUBytesCommitted,
+		WavesEmitted: s.WavesEmitted, WavesShared: s.WavesShared, GPUBytesCommitted: s.GPUBytesCommitted,
 
 		Engine: s.Engine, Decoder: s.Decoder, Check: metricOf(s.Check), SamplesEmitted: s.SamplesEmitted,
 		ChunksDecoded: s.ChunksDecoded, ChunksGPU: s.ChunksGPU, ChunksRedecoded: s.ChunksRedecoded,

@@ -99,7 +99,7 @@ func newBenchStats(st pipeline.Stats) Stats {
 			"zarr_meta_hits": st.ZarrMetaHits, "zarr_meta_misses": st.ZarrMetaMisses,
 			"shard_index_hits": st.ShardIndexHits, "shard_index_misses": st.ShardIndexMisses,
 			"batches_emitted": st.BatchesEmitted, "batches_truncated": st.BatchesTruncated,
-			"waves_emitted": st.WavesEmitted, "gpu_bytes_committed": st.GPUBytesCommitted,
+			"waves_emitted": st.WavesEmitted, "waves_shared": st.WavesShared, "gpu_bytes_committed": st.GPUBytesCommitted,
 			"samples_emitted": st.SamplesEmitted, "chunks_decoded": st.ChunksDecoded,
 			"chunks_gpu": st.ChunksGPU, "chunks_redecoded": st.ChunksRedecoded, "chunks_fill": st.ChunksFill, "chunks_deduped": st.ChunksDeduped,
 			"read_ops": st.ReadOps, "bytes_read": st.BytesRead, "bytes_mapped": st.BytesMapped, "mapped_file_bytes": st.MappedFileBytes, "box_bytes": st.BoxBytes,
@@ -166,6 +166,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	p("\n")
 	p("chunks       %d decoded (%d on the GPU), %d fill, %d deduplicated\n", c["chunks_decoded"], c["chunks_gpu"], c["chunks_fill"], c["chunks_deduped"])
+	if n := c["waves_emitted"]; n > 0 {
+		p("waves        %d (%.2f per batch), %d of them carrying chunks of more than one batch\n", n, base.Ratio(n, c["batches_emitted"]), c["waves_shared"])
+	}
 	p("caches       metadata %d hits, %d misses; shard index %d hits, %d misses\n", c["zarr_meta_hits"], c["zarr_meta_misses"], c["shard_index_hits"], c["shard_index_misses"])
 	if r.ChunkCache > 0 {
 		p("chunk cache  %s: %d hits, %d misses (hit rate %.0f%%), %d evictions, holds %s\n", base.FormatBytes(r.ChunkCache),

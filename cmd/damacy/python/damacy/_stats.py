@@ -76,6 +76,7 @@ class Stats:
     engine: str = ""  #: "cuda" or "host"
     decoder: str = ""  #: what decodes chunks, e.g. "nvcomp 6.0.0 + cpu" or "cpu"
     check: Metric = _metric("check")
+    waves_shared: int = 0  #: of waves_emitted, waves that carried chunks of more than one batch (CUDA engine)
     samples_emitted: int = 0
     chunks_decoded: int = 0
     chunks_gpu: int = 0  #: of chunks_decoded, decoded by nvCOMP

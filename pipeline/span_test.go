@@ -1,0 +1,153 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/damacy-go/damacy/cuda/cudatest"
+	"github.com/damacy-go/damacy/nvcomp"
+	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/writer"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
+)
+
+// rewriteChunks applies f to every chunk file of the array at path.
+func rewriteChunks(t *testing.T, path string, f func([]byte) []byte) {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(filepath.Join(path, "c"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		n++
+		return os.WriteFile(p, f(b), 0o644)
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("%s: rewrote %d chunks: %v", path, n, err)
+	}
+}
+
+// Batches that share a wave fail alone. Between good batches, batches of
+// an array whose LZ4 chunks no decoder takes (the GPU check refuses them,
+// the CPU fails on them again: redo) and of an array whose zstd chunks
+// fail their checksum (the checks before the GPU) each fail with ErrDecode
+// naming their array; the good ones, in the same waves, come out right,
+// and the pipeline keeps going.
+func TestCUDASharedWaveErrors(t *testing.T) {
+	cudatest.MustHaveGPU(t)
+	_, err := nvcomp.Load()
+	cudatest.RequireNVCOMP(t, err)
+	seed := zarrtest.Seed(t)
+	dir := t.TempDir()
+	spec := func(c writer.Compression) writer.Spec {
+		return writer.Spec{Shape: []int64{32, 32}, ChunkShape: []int64{8, 8}, DataType: zarr.Uint16, Compression: c}
+	}
+	good := writeCase(t, dir, storeCase{name: "good", spec: spec(writer.Compression{Codec: writer.Zstd, Level: 1})}, seed)
+	crc := writeCase(t, dir, storeCase{name: "crc", spec: spec(writer.Compression{Codec: writer.Zstd, Level: 1, Checksum: true})}, seed+1)
+	rewriteChunks(t, crc, func(b []byte) []byte { b[len(b)/2] ^= 0x5A; return b })
+	lz4, _ := lz4RedoStore(t)
+	rewriteChunks(t, lz4, func(b []byte) []byte { return b[:len(b)-20] })
+
+	ga, err := zarr.Open(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(seed, 9))
+	const per = 2
+	var order []string // each batch's array
+	var samples []Sample
+	for i := range 48 {
+		path := good
+		if k := rng.IntN(4); i > 0 && k == 0 {
+			path = crc
+		} else if i > 0 && k == 1 {
+			path = lz4
+		}
+		order = append(order, path)
+		for range per {
+			y, x := int64(rng.IntN(20)), int64(rng.IntN(20))
+			samples = append(samples, Sample{URI: path, Box: []Range{{y, y + 12}, {x, x + 12}}})
+		}
+	}
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) {
+			// Holding the batch before while popping the next, with
+			// two slots, leaves none free for a batch that joins a
+			// wave: it is assembled late, once the batch before
+			// is popped and the one before that given back.
+			cfg := Config{BatchSize: per, SampleShape: []int{12, 12}, HostBufferBytes: 16 << 20, DeviceBufferBytes: 4 << 20,
+				MaxChunkBytes: 1 << 20, BatchSlots: 3, Device: "cuda"}
+			if hold {
+				cfg.BatchSlots = 2
+			}
+			p := newChecked(t, cfg)
+			if err := p.Push(samples...); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var held *Batch
+			for i, path := range order {
+				b, err := p.Pop(ctx)
+				if path != good {
+					var pe *Error
+					if !errors.Is(err, ErrDecode) || !errors.As(err, &pe) || pe.URI != path {
+						t.Fatalf("batch %d of %s: %v; want ErrDecode naming it", i, path, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("batch %d of the good array: %v", i, err)
+				}
+				have := make([]byte, b.Len()*12*12*4)
+				if err := b.CopyToHost(have); err != nil {
+					t.Fatal(err)
+				}
+				n := len(have) / b.Len()
+				for k, s := range b.Samples() {
+					reg, err := ga.ReadRegion([]zarr.Range{{Start: s.Box[0].Start, Stop: s.Box[0].Stop}, {Start: s.Box[1].Start, Stop: s.Box[1].Stop}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := expected(reg, F32); string(have[k*n:(k+1)*n]) != string(want) {
+						t.Fatalf("batch %d sample %s: %s", i, s, firstDiff(have[k*n:(k+1)*n], want, 4))
+					}
+				}
+				if held != nil {
+					held.Release()
+				}
+				held = b
+				if !hold {
+					b.Release()
+					held = nil
+				}
+			}
+			if held != nil {
+				held.Release()
+			}
+			st := p.Stats()
+			late := p.eng.(*cudaEngine).lateParts.Load()
+			t.Logf("%d waves, %d shared by batches, %d batches assembled late; %d chunks decoded again on the CPU", st.WavesEmitted, st.WavesShared, late, st.ChunksRedecoded)
+			if st.WavesShared == 0 {
+				t.Error("no wave carried chunks of two batches")
+			}
+			if hold && late == 0 {
+				t.Error("no batch was assembled late, with every slot but one held")
+			}
+		})
+	}
+}
