@@ -96,6 +96,9 @@ type Config struct {
 	// BatchSlots is the number of batch buffers (in GPU memory on the
 	// CUDA engine): how many popped batches may be held at once, plus
 	// the one being filled while they are held; at least 2. Default 2.
+	// On the CUDA engine a batch's first chunks may share the previous
+	// batch's last wave; with no slot free for it then (Pop's caller
+	// holding the others), it is assembled once one is given back.
 	BatchSlots int
 	// IOThreads is the number of concurrent readers. Default: the number
 	// of CPUs, at least 4 and at most 64.

@@ -65,7 +65,7 @@ type cudaEngine struct {
 	wavesRead atomic.Int64          // waves whose reads are done (or skipped)
 	wavesDone atomic.Int64          // waves retired
 	cpuShare  float64               // route's running CPU share, in bytes (plan goroutine only)
-	lateParts atomic.Int64 // parts assembled late (see takeSlots)
+	lateParts atomic.Int64          // parts assembled late (see takeSlots)
 	holdersMu sync.Mutex
 	holders   map[*batchState]struct{} // batches holding a slot, until emitted (see dropSlots)
 }

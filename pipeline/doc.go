@@ -33,6 +33,16 @@
 //     decodes again on the CPU any chunk nvCOMP did not, then reassembles
 //     that wave.
 //
+// On the CUDA engine a wave may span batches: an nvCOMP call takes about
+// as long for a few chunks as for a full wave, so the planner keeps each
+// batch's last wave back while it plans the next request (if one is
+// already queued, never waiting for one) and packs that batch's first
+// chunks after it, in the same slab and arena (the next batch's first
+// wave is carried). The wave is read, checked, decoded and laid out as
+// one; each batch's part is assembled into its own slot and fails alone.
+// A joining batch whose slot is not free at submit is assembled late,
+// once Pop's caller gives one back (cuda_slots.go).
+//
 // With Config.ChunkCacheBytes, planning looks every chunk up in the chunk
 // cache first: a hit skips read, copy and decode, its copy ops reading
 // the cache region (addressed from the same base as the wave's arena); a
@@ -51,7 +61,8 @@
 // batch.go the Batch and its DLPack export; share.go (with shm_*.go) hands
 // a batch to another process (CUDA IPC handles, memfd host slots) and
 // check.go checks a sample against its array, for damacy serve. meta.go
-// opens arrays, plan.go plans batches into jobs, waves and reads, io.go
+// opens arrays, plan.go plans batches into jobs, waves and reads (planner.go
+// is the stage, which carries waves over batches), io.go
 // reads local files and remote.go object stores (ranged GETs), filemap.go
 // keeps hot local files mapped (cuda_mapread.go: a wave's use of them),
 // chunkcache.go keeps the chunk cache's books (entries, room, pins, file
@@ -59,9 +70,11 @@
 // engine. The CUDA engine goes
 // stage by stage: cuda_setup.go (budgets, buffers, batch slots),
 // cuda_route.go (which decoder takes a chunk, nvCOMP's entries),
-// cuda_wave.go (load, prepare, submit), cuda_retire.go (waiting, status
-// checks, the CPU redo) and cuda_close.go; split.go steers its hybrid
-// decode.
+// cuda_wave.go (the stages, a wave's parts, load), cuda_prepare.go
+// (checks, CPU decode, layout), cuda_submit.go (the stream work),
+// cuda_slots.go (batch slots, late parts), cuda_retire.go (waiting,
+// status checks, the CPU redo) and cuda_close.go; split.go steers its
+// hybrid decode.
 //
 // All memory is reserved at New (batch slots at the first Push when the
 // sample shape comes from it); a configuration that cannot work fails

@@ -1,0 +1,193 @@
+package pipeline
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/damacy-go/damacy/cuda"
+	"github.com/damacy-go/damacy/nvcomp"
+)
+
+// submit queues a prepared wave on the GPU: H2D on the copy stream, nvCOMP
+// and the status reduction on the decode stream, each part's assembly on
+// the assemble stream, chained by events. Nothing here waits for the GPU.
+func (e *cudaEngine) submit(cw *cudaWave) error {
+	b := cw.buf
+	n := len(cw.ents)
+	head := cw.parts[0]
+	t := time.Now()
+	defer func() {
+		e.trace.span(Span{Stage: "submit", Lane: "submit", Batch: head.batch.req.id, Wave: head.index, Start: t, End: time.Now()})
+	}()
+	err := e.ex.Do(func() error {
+		if err := b.start.Record(e.copyS); err != nil {
+			return err
+		}
+		if err := e.copyS.CopyHtoDBatch(cw.h2d); err != nil {
+			return err
+		}
+		if err := b.h2d.Record(e.copyS); err != nil {
+			return err
+		}
+		if err := e.decodeS.WaitEvent(b.h2d); err != nil {
+			return err
+		}
+		if err := b.decStart.Record(e.decodeS); err != nil {
+			return err
+		}
+		if n > 0 {
+			if err := e.decode(cw); err != nil {
+				return err
+			}
+		}
+		for _, c := range cw.spill {
+			// From pageable memory: the driver stages the bytes before
+			// returning, so the spill buffer is free again afterwards.
+			if err := e.decodeS.CopyHtoD(b.base+cuda.DevicePtr(c.dst), c.src); err != nil {
+				return err
+			}
+		}
+		if err := b.dec.Record(e.decodeS); err != nil {
+			return err
+		}
+		if err := e.asmS.WaitEvent(b.dec); err != nil {
+			return err
+		}
+		for _, p := range cw.live() {
+			if slices.Contains(cw.late, p) {
+				continue
+			}
+			if err := e.assembleInto(b, p); err != nil {
+				return err
+			}
+		}
+		for _, c := range cacheCopies(cw.inserts) {
+			if err := e.asmS.CopyDtoD(e.cacheAt+cuda.DevicePtr(c.dst), b.base+cuda.DevicePtr(c.src), int(c.n)); err != nil {
+				return err
+			}
+		}
+		if n > 0 {
+			if err := e.asmS.CopyDtoH(b.sumHost.Bytes(), b.summary); err != nil {
+				return err
+			}
+		}
+		return b.done.Record(e.asmS)
+	})
+	if err != nil {
+		ce := cudaError("submit", err)
+		e.sticky.CompareAndSwap(nil, ce)
+		return ce
+	}
+	cw.submitted = true
+	return nil
+}
+
+// decode queues nvCOMP's calls over the wave's entries on the decode
+// stream, then the reduction of their statuses into the buffer's summary:
+// one batched call per run of entries within the decoder's limits (chunks
+// per call, total output); calls on one stream run in order, sharing the
+// decoder's temp space.
+func (e *cudaEngine) decode(cw *cudaWave) error {
+	b, n := cw.buf, len(cw.ents)
+	desc := b.base + cuda.DevicePtr(cw.descOff)
+	arr := func(k, from int) cuda.DevicePtr { return desc + cuda.DevicePtr((k*n+from)*8) }
+	statuses := desc + cuda.DevicePtr(6*n*8)
+	batch := func(from, count, capacity int) *nvcomp.Batch {
+		return &nvcomp.Batch{N: count, CompressedPtrs: arr(0, from), CompressedBytes: arr(1, from), OutputPtrs: arr(2, from),
+			OutputCapacities: arr(3, from), TotalCapacity: capacity, OutputSizes: arr(4, from), Statuses: statuses + cuda.DevicePtr(4*from)}
+	}
+	if cw.nZstd < n {
+		if err := e.kernels.LZ4Check(e.decodeS, arr(0, cw.nZstd), arr(1, cw.nZstd), arr(5, cw.nZstd), n-cw.nZstd, e.empty); err != nil {
+			return err
+		}
+	}
+	for from := 0; from < n; {
+		d := e.zstd
+		last := cw.nZstd
+		if from >= cw.nZstd {
+			d, last = e.lz4, n
+		}
+		cfg := d.Config()
+		to, total := from, 0
+		for to < last && to-from < cfg.MaxChunks && total+int(cw.ents[to].size) <= cfg.MaxTotalBytes {
+			total += int(cw.ents[to].size)
+			to++
+		}
+		if to == from {
+			return fmt.Errorf("nvcomp: entry of %d bytes exceeds the decoder's %d", cw.ents[from].size, cfg.MaxTotalBytes)
+		}
+		if err := d.Decode(e.decodeS, batch(from, to-from, total)); err != nil {
+			return err
+		}
+		from = to
+	}
+	return e.kernels.ReduceStatus(e.decodeS, statuses, arr(4, 0), arr(5, 0), n, b.summary)
+}
+
+// assembleInto queues part p's assembly into its batch's slot on the
+// assemble stream: after the consumer's events on the slot when p is its
+// batch's first wave, and the slot's ready event after it when p is the
+// last. It runs on the executor.
+func (e *cudaEngine) assembleInto(b *waveBuf, p *wavePart) error {
+	sl := p.batch.slot
+	if p.index == 0 {
+		for _, a := range sl.takeAfter() {
+			if err := e.asmS.WaitEvent(a.ev); err != nil {
+				return err
+			}
+			if a.own {
+				if err := a.ev.Destroy(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := e.assemble(b, p); err != nil {
+		return err
+	}
+	if p.last {
+		return sl.readyEvent.Record(e.asmS)
+	}
+	return nil
+}
+
+// assemble launches part p's assembly from wave buffer b into its batch's
+// slot on the assemble stream.
+func (e *cudaEngine) assemble(b *waveBuf, p *wavePart) error {
+	ops, blocks := b.base+cuda.DevicePtr(p.opsOff), b.base+cuda.DevicePtr(p.blkOff)
+	return e.kernels.Assemble(e.asmS, p.plan, ops, blocks, b.base, e.readable(b), cuda.DevicePtr(p.batch.slot.dev))
+}
+
+// readable is how many bytes from b's base the assemble kernel may read:
+// the rest of the allocation, the chunk cache included.
+func (e *cudaEngine) readable(b *waveBuf) int64 { return int64(e.memEnd - b.base) }
+
+// deviceCopy is one device-to-device copy: n bytes from src (from a wave
+// buffer's base) to dst (from the chunk cache's).
+type deviceCopy struct{ src, dst, n int64 }
+
+// cacheCopies merges the copies of inserts whose sources and entries both
+// follow one another (the arena's chunks, into a cache with room at its
+// end), so that a wave takes a few copies rather than one per chunk. A
+// merged copy also moves the padding between the chunks, which lies in
+// the padding of their entries.
+func cacheCopies(inserts []cacheInsert) []deviceCopy {
+	ins := slices.Clone(inserts)
+	slices.SortFunc(ins, func(a, b cacheInsert) int { return cmp.Compare(a.src, b.src) })
+	var out []deviceCopy
+	for i, in := range ins {
+		n := int64(in.job.layout.Bytes())
+		if i > 0 {
+			prev := &ins[i-1]
+			if prev.src+prev.entry.size == in.src && prev.entry.off+prev.entry.size == in.entry.off {
+				last := &out[len(out)-1]
+				last.n = in.src + n - last.src
+				continue
+			}
+		}
+		out = append(out, deviceCopy{src: in.src, dst: in.entry.off, n: n})
+	}
+	return out
+}
