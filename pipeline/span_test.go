@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -150,4 +151,56 @@ func TestCUDASharedWaveErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Close while a batch that joined a wave waits for its slot (Pop's caller
+// holds one of two): Close returns, and once the held batch is released
+// every slot is back and no goroutine of the pipeline is left (the last
+// slot frees the executor).
+func TestCUDALateClose(t *testing.T) {
+	cudatest.MustHaveGPU(t)
+	seed := zarrtest.Seed(t)
+	path := writeCase(t, t.TempDir(), storeCase{name: "a", spec: writer.Spec{Shape: []int64{32, 32}, ChunkShape: []int64{8, 8},
+		DataType: zarr.Uint16, Compression: writer.Compression{Codec: writer.Zstd, Level: 1}}}, seed)
+	rng := rand.New(rand.NewPCG(seed, 4))
+	var samples []Sample
+	for range 80 {
+		y, x := int64(rng.IntN(20)), int64(rng.IntN(20))
+		samples = append(samples, Sample{URI: path, Box: []Range{{y, y + 12}, {x, x + 12}}})
+	}
+	before := runtime.NumGoroutine()
+	p, err := New(Config{BatchSize: 2, SampleShape: []int{12, 12}, HostBufferBytes: 16 << 20, DeviceBufferBytes: 4 << 20,
+		MaxChunkBytes: 1 << 20, BatchSlots: 2, Device: "cuda"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Push(samples...); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Pop(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.eng.(*cudaEngine).lateParts.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p.eng.(*cudaEngine).lateParts.Load() == 0 {
+		t.Error("no batch waits to be assembled late while one of two slots is held")
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close hangs with a batch waiting for a slot")
+	}
+	b.Release()
+	checkGoroutines(t, before)
 }
