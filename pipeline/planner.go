@@ -60,7 +60,7 @@ func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wa
 		if parts >= maxWaveParts {
 			carry = nil
 		}
-		waves := s.planBatch(req, route, carry)
+		waves := s.planRequest(req, route, carry)
 		if held != nil {
 			held.joinsNext = waves[0].carried
 			if !send(held) {
@@ -84,9 +84,9 @@ func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wa
 	}
 }
 
-// planBatch plans one request into its waves; the first may share carry's
+// planRequest plans one request into its waves; the first may share carry's
 // slab (carry nil: it starts its own).
-func (s *stages) planBatch(req *batchReq, route func(*job), carry *wave) []*wave {
+func (s *stages) planRequest(req *batchReq, route func(*job), carry *wave) []*wave {
 	bs := &batchState{req: req, t0: time.Now()}
 	var versions *batchVersions
 	if s.chunks != nil {

@@ -68,6 +68,26 @@ func lz4RedoStore(t *testing.T) (string, []byte) {
 	return path, want
 }
 
+// rewriteChunks applies f to every chunk file of the array at path.
+func rewriteChunks(t *testing.T, path string, f func([]byte) []byte) {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(filepath.Join(path, "c"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		n++
+		return os.WriteFile(p, f(b), 0o644)
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("%s: rewrote %d chunks: %v", path, n, err)
+	}
+}
+
 // TestLZ4LateMatchStore checks the premise of TestCUDAEngineRedo on the
 // CPU: the CPU reader decodes the rewritten chunks to their data, and the
 // GPU check's host twin refuses them.
@@ -112,19 +132,7 @@ func TestCUDAEngineRedo(t *testing.T) {
 	}
 
 	// Truncate every chunk's block: no decoder takes it.
-	err := filepath.WalkDir(filepath.Join(path, "c"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(p, b[:len(b)-20], 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rewriteChunks(t, path, func(b []byte) []byte { return b[:len(b)-20] })
 	for _, dev := range []string{"cpu", "cuda"} {
 		c := cfg
 		c.Device = dev

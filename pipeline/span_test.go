@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -18,26 +15,6 @@ import (
 	"github.com/damacy-go/damacy/zarr/writer"
 	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
-
-// rewriteChunks applies f to every chunk file of the array at path.
-func rewriteChunks(t *testing.T, path string, f func([]byte) []byte) {
-	t.Helper()
-	n := 0
-	err := filepath.WalkDir(filepath.Join(path, "c"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		n++
-		return os.WriteFile(p, f(b), 0o644)
-	})
-	if err != nil || n == 0 {
-		t.Fatalf("%s: rewrote %d chunks: %v", path, n, err)
-	}
-}
 
 // Batches that share a wave fail alone. Between good batches, batches of
 // an array whose LZ4 chunks no decoder takes (the GPU check refuses them,
