@@ -185,53 +185,17 @@ func (h *hostOp) direct(out []byte, outType Dtype, dst, src, seg int64) bool {
 	if op.Shuffle != NoShuffle || op.BigEndian || op.SrcStride[h.rank-1] != 1 || seg == 0 {
 		return false
 	}
-	switch op.SrcDtype {
-	case Uint8:
-		in := h.chunk[src : src+seg]
-		if outType == BFloat16 {
-			o := unsafe.Slice((*uint16)(unsafe.Pointer(&out[2*dst])), seg)
-			for i, x := range in {
-				o[i] = BFloat16Bits(math.Float32bits(float32(x)))
-			}
-		} else {
-			o := unsafe.Slice((*float32)(unsafe.Pointer(&out[4*dst])), seg)
-			for i, x := range in {
-				o[i] = float32(x)
-			}
-		}
-	case Uint16, Int16:
-		if !littleEndianHost() {
-			return false
-		}
-		// The chunk's elements in place: 2-byte aligned (chunks start
-		// 256-aligned), little-endian like the host.
-		in := unsafe.Slice((*uint16)(unsafe.Pointer(&h.chunk[2*src : 2*src+2*seg][0])), seg)
-		signed := op.SrcDtype == Int16
-		switch {
-		case outType == BFloat16 && signed:
-			o := unsafe.Slice((*uint16)(unsafe.Pointer(&out[2*dst])), seg)
-			for i, x := range in {
-				o[i] = BFloat16Bits(math.Float32bits(float32(int16(x))))
-			}
-		case outType == BFloat16:
-			o := unsafe.Slice((*uint16)(unsafe.Pointer(&out[2*dst])), seg)
-			for i, x := range in {
-				o[i] = BFloat16Bits(math.Float32bits(float32(x)))
-			}
-		case signed:
-			o := unsafe.Slice((*float32)(unsafe.Pointer(&out[4*dst])), seg)
-			for i, x := range in {
-				o[i] = float32(int16(x))
-			}
-		default:
-			o := unsafe.Slice((*float32)(unsafe.Pointer(&out[4*dst])), seg)
-			for i, x := range in {
-				o[i] = float32(x)
-			}
-		}
-	default:
+	k, ok := rowKindOf(op.SrcDtype, outType)
+	if !ok || (h.size > 1 && !littleEndianHost()) {
 		return false
 	}
+	// The chunk's elements in place: aligned to their size (chunks start
+	// 256-aligned), little-endian like the host. The bounds are checked
+	// here, once per row.
+	in, o := k.sizes()
+	_ = h.chunk[int64(in)*(src+seg)-1]
+	_ = out[int64(o)*(dst+seg)-1]
+	convertRow(k, unsafe.Pointer(&out[int64(o)*dst]), unsafe.Pointer(&h.chunk[int64(in)*src]), int(seg))
 	return true
 }
 

@@ -1,0 +1,48 @@
+//go:build !purego
+
+package ptx
+
+import "unsafe"
+
+// hasAVX2 reports whether the CPU and the OS support AVX2; set once at
+// start-up, read-only after.
+var hasAVX2 = detectAVX2()
+
+// detectAVX2 asks CPUID for AVX and AVX2 and XGETBV whether the OS saves
+// the YMM registers.
+func detectAVX2() bool {
+	maxLeaf, _, _, _ := cpuid(0, 0)
+	if maxLeaf < 7 {
+		return false
+	}
+	_, _, ecx1, _ := cpuid(1, 0)
+	const osxsave, avx = 1 << 27, 1 << 28
+	if ecx1&osxsave == 0 || ecx1&avx == 0 {
+		return false
+	}
+	if xcr0, _ := xgetbv(); xcr0&6 != 6 { // XMM and YMM state
+		return false
+	}
+	_, ebx7, _, _ := cpuid(7, 0)
+	return ebx7&(1<<5) != 0
+}
+
+// convertRow converts n elements at src into n elements at dst as row
+// kind k: eight at a time with AVX2 where the CPU has it, the rest in Go.
+func convertRow(k rowKind, dst, src unsafe.Pointer, n int) {
+	if m := n &^ 7; hasAVX2 && m > 0 {
+		convertAVX2(k, dst, src, m)
+		in, out := k.sizes()
+		dst, src, n = unsafe.Add(dst, m*out), unsafe.Add(src, m*in), n-m
+	}
+	convertRowGo(k, dst, src, n)
+}
+
+// convertAVX2 converts n elements, a positive multiple of 8.
+//
+//go:noescape
+func convertAVX2(k rowKind, dst, src unsafe.Pointer, n int)
+
+func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+
+func xgetbv() (eax, edx uint32)
