@@ -242,7 +242,7 @@ func (e *cudaEngine) layOut(cw *cudaWave, b *waveBuf, slab []byte, end int64, wh
 				return toCache + j.hit.off
 			}
 			return where[j]
-		}); err != nil {
+		}, nil); err != nil {
 			return err
 		}
 		p.plan = pl

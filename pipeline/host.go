@@ -188,14 +188,17 @@ func decodeError(j *job, err error) error {
 }
 
 // assemblePlan builds the ptx plan of a wave; off(j) is where the gather
-// finds job j's decoded bytes. It returns the number of output elements the
-// plan writes.
-func (s *stages) assemblePlan(p *ptx.Plan, w *wave, off func(*job) int64) (int64, error) {
+// finds job j's decoded bytes. With added non-nil, it says for each copy
+// which ops, [from, to) in p.Ops(), it became, and the copy's job (an
+// index in the batch plan's jobs; -1 for a fill). It returns the number of
+// output elements the plan writes.
+func (s *stages) assemblePlan(p *ptx.Plan, w *wave, off func(*job) int64, added func(job, from, to int)) (int64, error) {
 	bp := w.batch.plan
 	p.Reset()
 	var fills, elems int64
 	for _, ci := range w.copies {
 		c := &bp.copies[ci]
+		from := len(p.Ops())
 		if c.Job < 0 {
 			fills++
 			n, err := plan.AddOp(p, c, nil, bp.fills[c.Sample])
@@ -203,16 +206,19 @@ func (s *stages) assemblePlan(p *ptx.Plan, w *wave, off func(*job) int64) (int64
 				return 0, newError("assemble", ErrInvalid, "", err)
 			}
 			elems += n
-			continue
+		} else {
+			j := bp.jobs[c.Job]
+			src := j.psrc
+			src.Offset = off(j)
+			n, err := plan.AddOp(p, c, &src, 0)
+			if err != nil {
+				return 0, newError("assemble", ErrInvalid, j.src.uri, err)
+			}
+			elems += n
 		}
-		j := bp.jobs[c.Job]
-		src := j.psrc
-		src.Offset = off(j)
-		n, err := plan.AddOp(p, c, &src, 0)
-		if err != nil {
-			return 0, newError("assemble", ErrInvalid, j.src.uri, err)
+		if added != nil {
+			added(c.Job, from, len(p.Ops()))
 		}
-		elems += n
 	}
 	s.stats.update(func(st *Stats) { st.ChunksFill += fills })
 	return elems, nil
@@ -242,6 +248,9 @@ type hostEngine struct {
 	arena []byte         // the decoded chunks of the wave being assembled, then the chunk cache's region
 	pin   runtime.Pinner // keeps slot memory where DLPack consumers may see it
 	full  *ptx.Plan      // the assemble plan of a full batch, made by reserve
+	// workers holds one hostWorker per CPU worker, borrowed by compute's
+	// tasks.
+	workers chan *hostWorker
 }
 
 func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
@@ -258,7 +267,11 @@ func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
 	}
 	stats.update(func(s *Stats) { s.Engine, s.Decoder = "host", "cpu" })
 	cfg.Logger.Info("damacy: host engine: batches in host memory, chunks decoded on the CPU", "workers", cfg.ComputeThreads)
-	return &hostEngine{stages: st}, nil
+	workers := make(chan *hostWorker, cfg.ComputeThreads)
+	for range cfg.ComputeThreads {
+		workers <- newHostWorker()
+	}
+	return &hostEngine{stages: st, workers: workers}, nil
 }
 
 func (h *hostEngine) reserve(shape []int) error {
@@ -413,74 +426,4 @@ func (h *hostEngine) giveSlab(w *wave) {
 		h.slabs <- w.slabBuf
 		w.slabBuf = nil
 	}
-}
-
-// compute decodes a wave's chunks into the arena and gathers them into the
-// batch slot.
-func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error {
-	arena := h.arena
-	if err := h.decodeCPU(ctx, w, w.slabStored, func(*job) bool { return true }, func(j *job) []byte {
-		end := j.decOff + int64(j.layout.Bytes())
-		return arena[j.decOff : end : end+zarr.DecodeSlack] // capped: a decoder must not write past its chunk's room
-	}); err != nil {
-		return err
-	}
-	p, err := planFor(full, len(w.batch.req.samples))
-	if err != nil {
-		return err
-	}
-	elems, err := h.assemblePlan(p, w, func(j *job) int64 {
-		if j.hit != nil {
-			return h.lim.arena + j.hit.off
-		}
-		return j.decOff
-	})
-	if err != nil {
-		return err
-	}
-	t := time.Now()
-	l := p.Layout()
-	if err := ptx.AssembleHost(w.batch.slot.host[:l.Bytes()], l, arena, p.Ops(), h.cfg.ComputeThreads); err != nil {
-		return newError("assemble", ErrInvalid, "", err)
-	}
-	h.trace.span(Span{Stage: "assemble", Lane: "cpu workers", Batch: w.batch.req.id, Wave: w.index, Start: t, End: time.Now(), Bytes: elems * int64(l.Dtype.Size())})
-	h.stats.update(func(st *Stats) {
-		st.Assemble.add(time.Since(t), w.arena, elems*int64(l.Dtype.Size()))
-		st.WavesEmitted++
-	})
-	return h.cacheWave(ctx, w)
-}
-
-// cacheWave copies the chunks the wave decoded into the chunk cache, as
-// far as room can be made, on the CPU workers.
-func (h *hostEngine) cacheWave(ctx context.Context, w *wave) error {
-	if h.chunks == nil {
-		return nil
-	}
-	bp := w.batch.plan
-	var jobs []*job
-	var entries []*cacheEntry
-	for _, ji := range w.jobs {
-		j := bp.jobs[ji]
-		if j.cacheKey == nil {
-			continue
-		}
-		if e := h.chunks.reserve(*j.cacheKey, j.psrc, int64(j.layout.Bytes())); e != nil {
-			jobs, entries = append(jobs, j), append(entries, e)
-		}
-	}
-	cache := h.arena[h.lim.arena:]
-	err := h.cpu.Run(ctx, len(jobs), func(i int) error {
-		j, n := jobs[i], int64(jobs[i].layout.Bytes())
-		copy(cache[entries[i].off:entries[i].off+n], h.arena[j.decOff:j.decOff+n])
-		return nil
-	}, nil)
-	for _, e := range entries {
-		if err != nil {
-			h.chunks.drop(e)
-		} else {
-			h.chunks.publish(e)
-		}
-	}
-	return err
 }

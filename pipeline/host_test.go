@@ -414,3 +414,36 @@ func TestHostEngineErrors(t *testing.T) {
 		t.Log(err)
 	})
 }
+
+// TestHostEngineChunkSizes mixes, in the same batches, chunks small enough
+// for a CPU worker's scratch buffer and chunks larger than it, which are
+// decoded into the arena, for each source type the one-pass row
+// conversion takes (and one it does not), and checks every box against
+// the reference reader.
+func TestHostEngineChunkSizes(t *testing.T) {
+	dir := t.TempDir()
+	seed := zarrtest.Seed(t)
+	for di, dt := range []zarr.DataType{zarr.Uint16, zarr.Int16, zarr.Uint8, zarr.Float32} {
+		// 64x96x96 chunks hold more than hostScratchBytes for every type
+		// but uint8; 64x96x192 uint8 ones do too.
+		big := []int64{64, 96, 96}
+		if dt == zarr.Uint8 {
+			big = []int64{64, 96, 192}
+		}
+		if n := int64(dt.Size()) * big[0] * big[1] * big[2]; n <= hostScratchBytes {
+			t.Fatalf("%s: a big chunk of %d bytes fits the scratch buffer", dt, n)
+		}
+		zstd := writer.Compression{Codec: writer.Zstd, Level: 1}
+		paths := []string{
+			writeCase(t, dir, storeCase{name: fmt.Sprintf("big-%s", dt), spec: writer.Spec{Shape: []int64{100, 150, 200}, ChunkShape: big, DataType: dt, Compression: zstd}}, seed+uint64(di)),
+			writeCase(t, dir, storeCase{name: fmt.Sprintf("small-%s", dt), spec: writer.Spec{Shape: []int64{100, 150, 200}, ChunkShape: []int64{16, 32, 32}, ShardShape: []int64{32, 64, 64}, DataType: dt, Compression: zstd}}, seed+uint64(di)+10),
+		}
+		t.Run(dt.String(), func(t *testing.T) {
+			for _, out := range []Dtype{F32, BF16} {
+				cfg := Config{BatchSize: 4, SampleShape: []int{40, 50, 70}, Dtype: out, Device: "cpu",
+					HostBufferBytes: 16 << 20, DeviceBufferBytes: 16 << 20, MaxChunkBytes: 4 << 20, ComputeThreads: 2, IOThreads: 2}
+				checkEngine(t, cfg, paths, 16, seed)
+			}
+		})
+	}
+}

@@ -28,14 +28,21 @@ func detectAVX2() bool {
 }
 
 // convertRow converts n elements at src into n elements at dst as row
-// kind k: eight at a time with AVX2 where the CPU has it, the rest in Go.
+// kind k: eight at a time with AVX2 where the CPU has it, else in Go.
+// A row of at least 8 that is not a multiple of 8 ends with a step over
+// its last 8 elements, which writes some of them a second time, with the
+// same values.
 func convertRow(k rowKind, dst, src unsafe.Pointer, n int) {
-	if m := n &^ 7; hasAVX2 && m > 0 {
-		convertAVX2(k, dst, src, m)
-		in, out := k.sizes()
-		dst, src, n = unsafe.Add(dst, m*out), unsafe.Add(src, m*in), n-m
+	if !hasAVX2 || n < 8 {
+		convertRowGo(k, dst, src, n)
+		return
 	}
-	convertRowGo(k, dst, src, n)
+	m := n &^ 7
+	convertAVX2(k, dst, src, m)
+	if m < n {
+		in, out := k.sizes()
+		convertAVX2(k, unsafe.Add(dst, (n-8)*out), unsafe.Add(src, (n-8)*in), 8)
+	}
 }
 
 // convertAVX2 converts n elements, a positive multiple of 8.

@@ -26,27 +26,20 @@ const (
 // goroutines share the work (0 means GOMAXPROCS). Every op is validated
 // first; on error nothing has been written.
 func AssembleHost(out []byte, l Layout, arena []byte, ops []Op, workers int) error {
-	if err := l.Validate(); err != nil {
+	a, err := NewHostAssembly(out, l, arena, ops)
+	if err != nil {
 		return err
 	}
-	if int64(len(out)) != l.Bytes() {
-		return fmt.Errorf("ptx: output of %d bytes for a layout of %d: %w", len(out), l.Bytes(), ErrInvalid)
-	}
-	prepared := make([]hostOp, len(ops))
 	units := 0
-	for i := range ops {
-		if err := validateOp(&ops[i], i, &l, int64(len(arena))); err != nil {
-			return err
-		}
-		prepared[i].prepare(&ops[i], &l, arena)
-		units += int((prepared[i].elems + hostUnit - 1) / hostUnit)
+	for i := range a.ops {
+		units += int((a.ops[i].elems + hostUnit - 1) / hostUnit)
 	}
 	// unitOps[u] is the op of unit u; unitStart[i] the first unit of op i.
 	unitOps := make([]int32, 0, units)
 	unitStart := make([]int, len(ops))
-	for i := range prepared {
+	for i := range a.ops {
 		unitStart[i] = len(unitOps)
-		for range (prepared[i].elems + hostUnit - 1) / hostUnit {
+		for range (a.ops[i].elems + hostUnit - 1) / hostUnit {
 			unitOps = append(unitOps, int32(i))
 		}
 	}
@@ -58,21 +51,86 @@ func AssembleHost(out []byte, l Layout, arena []byte, ops []Op, workers int) err
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			raw := make([]uint64, hostRow)
-			vals := make([]uint32, hostRow)
-			halves := make([]uint16, hostRow)
+			sc := NewHostScratch()
 			for {
 				u := int(next.Add(1) - 1)
 				if u >= units {
 					return
 				}
-				h := &prepared[unitOps[u]]
+				h := &a.ops[unitOps[u]]
 				start := int64(u-unitStart[unitOps[u]]) * hostUnit
-				h.run(out, l.Dtype, start, min(hostUnit, h.elems-start), raw, vals, halves)
+				h.run(a.out, a.dtype, start, min(hostUnit, h.elems-start), sc)
 			}
 		})
 	}
 	wg.Wait()
+	return nil
+}
+
+// HostAssembly is AssembleHost taken apart, for a caller that runs the
+// ops reading one chunk right after decoding it, while the chunk's bytes
+// are still in the CPU's cache: NewHostAssembly validates and prepares
+// every op, Run executes some of them on the calling goroutine.
+type HostAssembly struct {
+	out   []byte
+	dtype Dtype
+	ops   []hostOp
+}
+
+// NewHostAssembly validates ops against layout l, out and arena as
+// AssembleHost does, and prepares them; nothing is written yet.
+func NewHostAssembly(out []byte, l Layout, arena []byte, ops []Op) (*HostAssembly, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if int64(len(out)) != l.Bytes() {
+		return nil, fmt.Errorf("ptx: output of %d bytes for a layout of %d: %w", len(out), l.Bytes(), ErrInvalid)
+	}
+	a := &HostAssembly{out: out, dtype: l.Dtype, ops: make([]hostOp, len(ops))}
+	for i := range ops {
+		if err := validateOp(&ops[i], i, &l, int64(len(arena))); err != nil {
+			return nil, err
+		}
+		a.ops[i].prepare(&ops[i], &l, arena)
+	}
+	return a, nil
+}
+
+// HostScratch is the scratch rows of one goroutine running ops.
+type HostScratch struct {
+	raw    []uint64
+	vals   []uint32
+	halves []uint16
+}
+
+// NewHostScratch returns scratch rows for HostAssembly.Run.
+func NewHostScratch() *HostScratch {
+	return &HostScratch{raw: make([]uint64, hostRow), vals: make([]uint32, hostRow), halves: make([]uint16, hostRow)}
+}
+
+// Run executes the ops whose indexes idx lists, whole, on the calling
+// goroutine. With from non-nil, the ops read from instead of
+// arena[base:base+len(from)], which must hold all the source bytes they
+// read: a chunk decoded into a scratch buffer rather than into its arena
+// region. Goroutines may run disjoint sets of ops at once.
+func (a *HostAssembly) Run(idx []int32, base int64, from []byte, sc *HostScratch) error {
+	for _, i := range idx {
+		if i < 0 || int(i) >= len(a.ops) {
+			return fmt.Errorf("ptx: op %d of %d: %w", i, len(a.ops), ErrInvalid)
+		}
+		h := &a.ops[i]
+		if from != nil && h.chunk != nil {
+			at := h.op.SrcOffset - base
+			if at < 0 || at+int64(len(h.chunk)) > int64(len(from)) {
+				return fmt.Errorf("ptx: op %d reads arena bytes [%d, %d), outside the %d bytes at %d it was given: %w",
+					i, h.op.SrcOffset, h.op.SrcOffset+int64(len(h.chunk)), len(from), base, ErrInvalid)
+			}
+			local := *h
+			local.chunk = from[at : at+int64(len(h.chunk))]
+			h = &local
+		}
+		h.run(a.out, a.dtype, 0, h.elems, sc)
+	}
 	return nil
 }
 
@@ -91,6 +149,10 @@ type hostOp struct {
 	lastBlock           int64
 	nFull, nLast        int64
 	whole               bool
+	// direct: rows of unshuffled little-endian 8- or 16-bit integers,
+	// contiguous in the chunk, converted in one pass as row kind kind.
+	direct bool
+	kind   rowKind
 }
 
 func (h *hostOp) prepare(op *Op, l *Layout, arena []byte) {
@@ -113,6 +175,9 @@ func (h *hostOp) prepare(op *Op, l *Layout, arena []byte) {
 	}
 	h.size = int64(op.SrcDtype.Size())
 	h.chunk = arena[op.SrcOffset : op.SrcOffset+srcBytes(op, h.rank)]
+	h.kind, h.direct = rowKindOf(op.SrcDtype, l.Dtype)
+	h.direct = h.direct && op.Shuffle == NoShuffle && !op.BigEndian && op.SrcStride[h.rank-1] == 1 &&
+		(h.size == 1 || littleEndianHost())
 	if op.Shuffle != NoShuffle {
 		h.blockSize, h.typeSize = int64(op.BlockSize), int64(op.TypeSize)
 		nbytes := int64(op.NBytes)
@@ -125,14 +190,19 @@ func (h *hostOp) prepare(op *Op, l *Layout, arena []byte) {
 
 // run writes elements [start, start+n) of the op's box, in the box's C
 // order, a row segment at a time.
-func (h *hostOp) run(out []byte, outType Dtype, start, n int64, raw []uint64, vals []uint32, halves []uint16) {
+func (h *hostOp) run(out []byte, outType Dtype, start, n int64, sc *HostScratch) {
 	op := h.op
+	raw, vals, halves := sc.raw, sc.vals, sc.halves
 	last := h.rank - 1
 	var c [MaxRank]int64
 	rem := start
 	for d := last; d >= 0; d-- {
 		c[d] = rem % int64(op.Extent[d])
 		rem /= int64(op.Extent[d])
+	}
+	if h.direct {
+		h.runDirect(out, &c, n)
+		return
 	}
 	for n > 0 {
 		seg := min(int64(op.Extent[last])-c[last], n, int64(len(vals)))
@@ -141,15 +211,6 @@ func (h *hostOp) run(out []byte, outType Dtype, start, n int64, raw []uint64, va
 		for d := range h.rank {
 			dst += c[d] * h.ostride[d]
 			src += c[d] * int64(op.SrcStride[d])
-		}
-		if h.direct(out, outType, dst, src, seg) {
-			n -= seg
-			c[last] += seg
-			for d := last; d > 0 && c[d] == int64(op.Extent[d]); d-- {
-				c[d] = 0
-				c[d-1]++
-			}
-			continue
 		}
 		v := vals[:seg]
 		if op.SrcDtype == 0 {
@@ -174,29 +235,36 @@ func (h *hostOp) run(out []byte, outType Dtype, start, n int64, raw []uint64, va
 	}
 }
 
-// direct converts a row of seg elements from chunk element src to output
-// element dst in one pass, for the common case of a row of unshuffled
-// little-endian 8- or 16-bit integers in a row of the chunk; it reports
-// false (and writes nothing) for every other case, which run's general
-// path (fetch, cast, write) handles. The conversions are those of
-// castRow and writeRow.
-func (h *hostOp) direct(out []byte, outType Dtype, dst, src, seg int64) bool {
+// runDirect writes n elements of a direct op from box coordinates c on,
+// a row segment at a time, each in one pass of convertRow; the offsets
+// move with the coordinates rather than being recomputed per row.
+func (h *hostOp) runDirect(out []byte, c *[MaxRank]int64, n int64) {
 	op := h.op
-	if op.Shuffle != NoShuffle || op.BigEndian || op.SrcStride[h.rank-1] != 1 || seg == 0 {
-		return false
+	last := h.rank - 1
+	dst, src := h.dst, h.src
+	for d := range h.rank {
+		dst += c[d] * h.ostride[d]
+		src += c[d] * int64(op.SrcStride[d])
 	}
-	k, ok := rowKindOf(op.SrcDtype, outType)
-	if !ok || (h.size > 1 && !littleEndianHost()) {
-		return false
+	in, o := h.kind.sizes()
+	isz, osz := int64(in), int64(o)
+	for n > 0 {
+		seg := min(int64(op.Extent[last])-c[last], n)
+		// The chunk's elements in place: aligned to their size (chunks
+		// start 256-aligned). Slicing checks the row's bounds.
+		convertRow(h.kind, unsafe.Pointer(unsafe.SliceData(out[osz*dst:osz*(dst+seg)])),
+			unsafe.Pointer(unsafe.SliceData(h.chunk[isz*src:isz*(src+seg)])), int(seg))
+		n -= seg
+		c[last] += seg
+		dst += seg
+		src += seg
+		for d := last; d > 0 && c[d] == int64(op.Extent[d]); d-- {
+			dst += h.ostride[d-1] - c[d]*h.ostride[d]
+			src += int64(op.SrcStride[d-1]) - c[d]*int64(op.SrcStride[d])
+			c[d] = 0
+			c[d-1]++
+		}
 	}
-	// The chunk's elements in place: aligned to their size (chunks start
-	// 256-aligned), little-endian like the host. The bounds are checked
-	// here, once per row.
-	in, o := k.sizes()
-	_ = h.chunk[int64(in)*(src+seg)-1]
-	_ = out[int64(o)*(dst+seg)-1]
-	convertRow(k, unsafe.Pointer(&out[int64(o)*dst]), unsafe.Pointer(&h.chunk[int64(in)*src]), int(seg))
-	return true
 }
 
 // littleEndianHost reports whether the host stores integers little-end

@@ -9,6 +9,7 @@ package work
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,10 +39,20 @@ func NewPool(n int) *Pool {
 // Size is the number of workers.
 func (w *Pool) Size() int { return w.n }
 
+// maxGrain bounds how many tasks of a Run one hand-off to a worker
+// carries.
+const maxGrain = 16
+
 // Run runs f(0..n-1) on the pool and returns the first error; once ctx is
 // done, tasks not yet started are skipped. With span non-nil, it is called
 // once per worker that took part, with the worker's first start and last
 // end in this run. Several Runs may share the pool at once.
+//
+// A worker takes a Run's tasks a grain at a time, up to maxGrain when the
+// Run has many tasks per worker: a hand-off wakes a goroutine, which costs
+// more than a short task's share, while grains small next to a Run keep
+// its tasks spread over the workers and Runs that share the pool taking
+// turns.
 func (w *Pool) Run(ctx context.Context, n int, f func(i int) error, span func(worker int, start, end time.Time)) error {
 	var wg sync.WaitGroup
 	var once sync.Once
@@ -51,10 +62,12 @@ func (w *Pool) Run(ctx context.Context, n int, f func(i int) error, span func(wo
 	if span != nil {
 		busy = make([]workerSpan, w.n)
 	}
-	wg.Add(n)
-	for i := range n {
-		task := func(id int) {
-			defer wg.Done()
+	grain := min(maxGrain, max(1, n/(8*w.n)))
+	var next atomic.Int64
+	grab := func(id int) {
+		defer wg.Done()
+		at := int(next.Add(int64(grain))) - grain
+		for i := at; i < min(at+grain, n); i++ {
 			if ctx.Err() != nil {
 				fail(ctx.Err())
 				return
@@ -74,10 +87,13 @@ func (w *Pool) Run(ctx context.Context, n int, f func(i int) error, span func(wo
 				b.end = time.Now()
 			}
 		}
+	}
+	for sent := 0; sent < n; sent += grain {
+		wg.Add(1)
 		select {
-		case w.tasks <- task:
+		case w.tasks <- grab:
 		case <-ctx.Done():
-			wg.Add(-(n - i))
+			wg.Done()
 			wg.Wait()
 			return ctx.Err()
 		}

@@ -50,3 +50,44 @@ func TestPool(t *testing.T) {
 		t.Fatalf("Run with a done context: %v", err)
 	}
 }
+
+// TestPoolGrains runs every index exactly once, whatever the number of
+// tasks per worker (grains of one up to maxGrain), with several Runs
+// sharing the pool at once; and a Run canceled half way stops taking
+// tasks and returns the context's error.
+func TestPoolGrains(t *testing.T) {
+	for _, workers := range []int{1, 2, 5} {
+		p := NewPool(workers)
+		var wg sync.WaitGroup
+		for _, n := range []int{0, 1, 7, 8*workers - 1, 8 * workers, 100, 8*maxGrain*workers + 13, 5000} {
+			wg.Go(func() {
+				counts := make([]atomic.Int32, n)
+				if err := p.Run(context.Background(), n, func(i int) error {
+					counts[i].Add(1)
+					return nil
+				}, nil); err != nil {
+					t.Errorf("%d workers, %d tasks: %v", workers, n, err)
+				}
+				for i := range counts {
+					if c := counts[i].Load(); c != 1 {
+						t.Errorf("%d workers, %d tasks: task %d ran %d times", workers, n, i, c)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		var ran atomic.Int64
+		err := p.Run(ctx, 10000, func(i int) error {
+			if ran.Add(1) == 100 {
+				cancel()
+			}
+			return nil
+		}, nil)
+		if !errors.Is(err, context.Canceled) || ran.Load() >= 10000 {
+			t.Errorf("%d workers: canceled at task 100: %v after %d tasks", workers, err, ran.Load())
+		}
+		p.Stop()
+	}
+}
