@@ -144,19 +144,19 @@ type Config struct {
 	// assembled (the lookahead) read it too. Stats.ChunkCache* report its
 	// use. At least 1 MiB when set.
 	ChunkCacheBytes int64
-	// MappedFileBytes bounds the bytes of local files the CUDA engine keeps
-	// mapped and page-locked, so that the GPU copies their chunks straight
-	// out of the page cache instead of the IO workers reading them into
-	// pinned staging first (which costs host cores: a core for each 2 GB/s
-	// or so, against one core for each 30 GB/s or so to register a
-	// mapping, once). A file is mapped once reads have fetched as many
+	// MappedFileBytes bounds the bytes of local files the engines keep
+	// mapped, so that their chunks are read straight out of the page cache
+	// instead of the IO workers reading them into staging first (which
+	// costs host cores: a core for each 2 GB/s or so). The CUDA engine
+	// also page-locks the mappings, so the GPU copies from them (one core
+	// for each 30 GB/s or so to register a mapping, once); the host engine
+	// decodes from them. A file is mapped once reads have fetched as many
 	// bytes of it as it holds, so files read once are never mapped; the
 	// least recently used mappings no wave in flight reads make room for
 	// new ones; files larger than a quarter of the bound are always read.
-	// Mapped pages cannot be reclaimed by the kernel while mapped.
+	// Page-locked pages cannot be reclaimed by the kernel while mapped.
 	// 0: the default, an eighth of the host's memory and at most 16 GiB
-	// (none where the host's memory is unknown); negative: none. The host
-	// engine ignores it.
+	// (none where the host's memory is unknown); negative: none.
 	MappedFileBytes int64
 	// MaxBytesPerElement is the largest source element size accepted
 	// (1, 2, 4 or 8). Default 8.

@@ -1,107 +1,12 @@
 package pipeline
 
-import (
-	"time"
-
-	"github.com/damacy-go/damacy/cuda"
-)
-
-// mapReads takes the part's reads of mapped files out of what the IO
-// workers pread: p.mapped[i] holds the mapping read i is copied from
-// (until the wave retires). It returns the reads left to pread.
-func (e *cudaEngine) mapReads(p *wavePart) ([]readOp, error) {
-	p.mapped = make([]*fileMap, len(p.reads))
-	var rest []readOp
-	var n int64
-	for i := range p.reads {
-		r := &p.reads[i]
-		if r.src.dir != nil {
-			if path, err := r.src.dir.Path(r.key); err == nil {
-				if f := e.maps.acquire(path); f != nil {
-					p.mapped[i] = f
-					if err := checkMapped(f, r); err != nil {
-						return nil, err
-					}
-					n += r.length
-					continue
-				}
-			}
-		}
-		rest = append(rest, *r)
-	}
-	if n > 0 {
-		e.stats.update(func(st *Stats) {
-			st.BytesRead += n
-			st.BytesMapped += n
-		})
-	} else {
-		p.mapped = nil
-	}
-	return rest, nil
-}
-
-// heatUp counts the preads of local files and maps the files that have
-// now been read as many bytes as they hold.
-func (e *cudaEngine) heatUp(reads []readOp) {
-	var hot []string
-	for i := range reads {
-		r := &reads[i]
-		if r.src.dir == nil {
-			continue
-		}
-		path, err := r.src.dir.Path(r.key)
-		if err != nil {
-			continue
-		}
-		size, ok := e.fds.files.Size(path)
-		if ok && e.maps.note(path, r.length, size) {
-			hot = append(hot, path)
-		}
-	}
-	for _, path := range hot {
-		t := time.Now()
-		if err := e.maps.add(path); err != nil {
-			e.cfg.Logger.Debug("damacy: file not mapped; it is read into staging", "path", path, "reason", err)
-			continue
-		}
-		e.trace.span(Span{Stage: "map", Lane: "io stage", Batch: -1, Wave: -1, Start: t, End: time.Now()})
-	}
-	e.stats.update(func(st *Stats) { st.MappedFileBytes = e.maps.mapped() })
-}
+import "github.com/damacy-go/damacy/cuda"
 
 // releaseMaps gives back the mappings a wave's reads held.
 func (e *cudaEngine) releaseMaps(cw *cudaWave) {
 	for _, p := range cw.parts {
-		for _, f := range p.mapped {
-			if f != nil {
-				e.maps.release(f)
-			}
-		}
-		p.mapped = nil
+		e.stages.releaseMaps(p.wave)
 	}
-}
-
-// stored returns how to find a job's stored bytes on the host: in the
-// slab, or in the mapping of its file.
-func (p *wavePart) stored(slab []byte) func(*job) []byte {
-	if p.mapped == nil {
-		return func(j *job) []byte { return j.inSlab(slab) }
-	}
-	return func(j *job) []byte {
-		if f := p.mapped[j.readOp]; f != nil {
-			return f.data[j.chunk.Offset : j.chunk.Offset+j.chunk.Length]
-		}
-		return j.inSlab(slab)
-	}
-}
-
-// guard runs f, which reads the part's stored bytes, through readMapped
-// when some of them are mapped.
-func (p *wavePart) guard(f func() error) error {
-	if p.mapped == nil {
-		return f()
-	}
-	return readMapped(f)
 }
 
 // copied is the bytes of the wave's H2D copy.

@@ -32,7 +32,6 @@ type cacheInsert struct {
 // fails alone.
 type wavePart struct {
 	*wave
-	mapped []*fileMap // per read: the mapped file it is copied from (nil: preads into the slab); nil when none is
 	plan   *ptx.Plan
 	opsOff int64
 	blkOff int64
@@ -215,7 +214,7 @@ func (e *cudaEngine) load(ctx context.Context, cw *cudaWave) {
 		reads := p.reads
 		if e.maps != nil {
 			var err error
-			if reads, err = e.mapReads(p); err != nil {
+			if reads, err = e.mapReads(p.wave); err != nil {
 				p.err = err
 				continue
 			}

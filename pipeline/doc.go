@@ -18,8 +18,10 @@
 //     are coalesced under a cap.
 //   - read: IO workers pread each wave's ranges into a staging slab through
 //     an open-file cache (single-flight opens, bounded by RLIMIT_NOFILE).
-//   - decode and assemble: the host engine decodes on CPU workers into an
-//     arena and runs ptx.AssembleHost into the batch slot. The CUDA engine
+//   - decode and assemble: the host engine's CPU tasks each decode a chunk
+//     (into the worker's scratch buffer, or the arena for large chunks and
+//     those the chunk cache keeps) and at once run the ptx.HostAssembly
+//     ops that read it into the batch slot. The CUDA engine
 //     routes each chunk at plan time (nvCOMP, or a CPU worker for a
 //     measured share of them and for codecs nvCOMP lacks), checks the bytes
 //     on CPU workers (checksums, zstd frame and block headers, blosc
@@ -48,11 +50,12 @@
 // the cache region (addressed from the same base as the wave's arena); a
 // miss is copied into the cache once its wave has been assembled.
 //
-// With Config.MappedFileBytes (on by default), the CUDA engine maps local
-// files that waves keep reading and registers the mappings with the
-// driver: a wave's reads of a mapped file skip the IO workers, the CPU
-// checks read the page cache through the mapping, and the H2D copy takes
-// those bytes straight from it.
+// With Config.MappedFileBytes (on by default), both engines map local
+// files that waves keep reading: a wave's reads of a mapped file skip the
+// IO workers. The host engine decodes from the mapping; the CUDA engine
+// registers the mappings with the driver, its CPU checks read the page
+// cache through the mapping, and the H2D copy takes those bytes straight
+// from it.
 //
 // # Files
 //

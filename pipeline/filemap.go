@@ -11,11 +11,12 @@ import (
 	"github.com/damacy-go/damacy/cuda"
 )
 
-// fileMaps keeps hot local files mapped read-only and page-locked (mapped,
-// then registered with the driver), so that the CUDA engine copies their
-// chunks to the GPU straight out of the page cache: no pread into a
-// staging slab, which on a busy host costs a core per 2 GB/s or so, while
-// registering a mapping costs about one core per 30 GB/s, once.
+// fileMaps keeps hot local files mapped read-only, so that their chunks
+// are read straight out of the page cache: no pread into a staging slab,
+// which on a busy host costs a core per 2 GB/s or so. For the CUDA engine
+// the mappings are also page-locked (registered with the driver), so the
+// GPU copies from them; registering costs about one core per 30 GB/s,
+// once. The host engine decodes from them.
 //
 // Files are taken not to change while mapped, as the shard index cache
 // takes them; with the chunk cache on, each batch checks its files and
@@ -27,9 +28,9 @@ import (
 // least recently used mappings no wave holds are dropped to make room; the
 // budget bounds the bytes mapped. Its methods are safe for concurrent use.
 type fileMaps struct {
-	ctx     cuda.Context
-	budget  int64 // bytes mapped at most
-	maxFile int64 // larger files are never mapped
+	ctx     cuda.Context // the CUDA engine's, to register mappings with; 0: none (host engine)
+	budget  int64        // bytes mapped at most
+	maxFile int64        // larger files are never mapped
 
 	mu    sync.Mutex
 	used  int64
@@ -41,11 +42,11 @@ type fileMaps struct {
 // fileMap is one mapped and registered file.
 type fileMap struct {
 	path    string
-	fi      os.FileInfo // of the file when mapped
-	data    []byte      // the whole file, read-only
-	mem     []byte      // the mapping: data and the rest of its last page
-	reg     *cuda.HostBuffer
-	refs    int // waves using it
+	fi      os.FileInfo      // of the file when mapped
+	data    []byte           // the whole file, read-only
+	mem     []byte           // the mapping: data and the rest of its last page
+	reg     *cuda.HostBuffer // nil: not registered (host engine)
+	refs    int              // waves using it
 	elem    *list.Element
 	evicted bool // out of the table: unmapped once refs is 0
 }
@@ -120,7 +121,7 @@ func (m *fileMaps) note(path string, n, size int64) bool {
 	return h >= size
 }
 
-// add maps path and registers it, making room by dropping the least
+// add maps path and, for the CUDA engine, registers it, making room by dropping the least
 // recently used mappings no wave holds. When the budget cannot make room
 // now it does nothing (a later note tries again); a file that cannot be
 // mapped or registered is never tried again.
@@ -176,6 +177,9 @@ func (m *fileMaps) mapAndRegister(path string, f *os.File, fi os.FileInfo) (*fil
 	if err != nil {
 		return nil, err
 	}
+	if m.ctx == 0 {
+		return &fileMap{path: path, fi: fi, data: mem[:fi.Size()], mem: mem}, nil
+	}
 	unlock, err := cuda.LockThread(m.ctx)
 	if err != nil {
 		unmapFile(mem)
@@ -217,11 +221,14 @@ func (m *fileMaps) removeLocked(f *fileMap) {
 	f.evicted = true
 }
 
-// unmap unregisters and unmaps f, which no wave holds any more.
+// unmap unregisters (if registered) and unmaps f, which no wave holds any
+// more.
 func (m *fileMaps) unmap(f *fileMap) {
-	if unlock, err := cuda.LockThread(m.ctx); err == nil {
-		_ = f.reg.Free()
-		unlock()
+	if f.reg != nil {
+		if unlock, err := cuda.LockThread(m.ctx); err == nil {
+			_ = f.reg.Free()
+			unlock()
+		}
 	}
 	unmapFile(f.mem)
 	m.mu.Lock()

@@ -192,14 +192,24 @@ func TestReadMappedTruncated(t *testing.T) {
 	_ = readMapped(func() error { panic("other") })
 }
 
-// The CUDA engine maps the files epochs read again and copies their
-// chunks to the GPU straight from the mappings: the batches are the host
-// engine's, bit for bit, with mappings on (the default budget, and one too
-// small for every file, so that mappings are dropped and made again) and
-// off; mapped bytes never exceed the budget; and a file truncated under
-// its mapping fails its batch with ErrStorage instead of crashing.
-func TestMappedFilesCUDA(t *testing.T) {
-	cudatest.MustHaveGPU(t)
+// Both engines map the files epochs read again and read their chunks
+// straight from the mappings (the CUDA engine copies them to the GPU, the
+// host engine decodes them in place): the batches are the host engine's
+// without mappings, bit for bit, with mappings on (the default budget,
+// and one too small for every file, so that mappings are dropped and made
+// again) and off; mapped bytes never exceed the budget; and a file
+// truncated under its mapping fails its batch with ErrStorage instead of
+// crashing.
+func TestMappedFiles(t *testing.T) {
+	for _, engine := range []string{"cpu", "cuda"} {
+		t.Run(engine, func(t *testing.T) { testMappedFiles(t, engine) })
+	}
+}
+
+func testMappedFiles(t *testing.T, engine string) {
+	if engine == "cuda" {
+		cudatest.MustHaveGPU(t)
+	}
 	dir := t.TempDir()
 	seed := zarrtest.Seed(t)
 	paths := writeCacheCases(t, dir, seed)
@@ -208,8 +218,15 @@ func TestMappedFilesCUDA(t *testing.T) {
 	epochs := epochSamples(t, rng, paths, ext, 48, 4)
 	cfg := Config{BatchSize: 6, SampleShape: ext, Dtype: F32, HostBufferBytes: 16 << 20, DeviceBufferBytes: 4 << 20, MaxChunkBytes: 64 << 10}
 	hcfg := cfg
-	hcfg.Device = "cpu"
+	hcfg.Device, hcfg.MappedFileBytes = "cpu", -1
 	want := runEpochs(t, newChecked(t, hcfg), epochs)
+	open := func(c Config) *Pipeline {
+		if engine == "cpu" {
+			c.Device = "cpu"
+			return newChecked(t, c)
+		}
+		return newCUDAPipeline(t, c, true)
+	}
 	var largest int64
 	for _, p := range paths {
 		filepath.WalkDir(p, func(_ string, d fs.DirEntry, _ error) error {
@@ -223,7 +240,7 @@ func TestMappedFilesCUDA(t *testing.T) {
 		t.Run(fmt.Sprintf("budget=%d", budget), func(t *testing.T) {
 			c := cfg
 			c.MappedFileBytes = budget
-			p := newCUDAPipeline(t, c, true)
+			p := open(c)
 			got := runEpochs(t, p, epochs)
 			compareRuns(t, got, want, epochs, cfg.BatchSize)
 			last := got.stats[len(got.stats)-1]
@@ -241,7 +258,7 @@ func TestMappedFilesCUDA(t *testing.T) {
 	// Truncate every file under its mappings: the next batches fail with
 	// ErrStorage (or ErrDecode, for a file shorter than its index says,
 	// where a read finds it so), and nothing crashes.
-	p := newCUDAPipeline(t, cfg, true)
+	p := open(cfg)
 	got := runEpochs(t, p, epochs[:3])
 	if last := got.stats[len(got.stats)-1]; last.BytesMapped == 0 {
 		t.Fatal("nothing mapped after three epochs")

@@ -32,7 +32,7 @@ type stages struct {
 	decs   chan *zarr.Decoder // one per CPU worker
 	lim    waveLimits
 	chunks *chunkCache // nil: no chunk cache
-	maps   *fileMaps   // CUDA engine: local files the GPU copies from directly (nil: none)
+	maps   *fileMaps   // local files read from their mappings (nil: none)
 	shape  []int
 	head   atomic.Int32 // stage of the oldest unfinished batch
 	trace  tracer
@@ -267,6 +267,9 @@ func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
 	}
 	stats.update(func(s *Stats) { s.Engine, s.Decoder = "host", "cpu" })
 	cfg.Logger.Info("damacy: host engine: batches in host memory, chunks decoded on the CPU", "workers", cfg.ComputeThreads)
+	if budget := mappedFileBudget(cfg.MappedFileBytes); budget > 0 {
+		st.maps = newFileMaps(0, budget)
+	}
 	workers := make(chan *hostWorker, cfg.ComputeThreads)
 	for range cfg.ComputeThreads {
 		workers <- newHostWorker()
@@ -337,6 +340,9 @@ func (h *hostEngine) slotsInUse() int64 {
 
 func (h *hostEngine) close() error {
 	h.stages.close()
+	if h.maps != nil {
+		h.maps.close() // run has returned: no wave reads them
+	}
 	if h.pool == nil {
 		h.pin.Unpin()
 		return nil
@@ -367,14 +373,23 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 		defer wg.Done()
 		defer close(read)
 		for w := range planned {
-			if w.batch.failed() == nil && len(w.reads) > 0 {
+			reads := w.reads
+			if w.batch.failed() == nil && len(reads) > 0 && h.maps != nil {
+				var err error
+				if reads, err = h.mapReads(w); err != nil {
+					w.batch.fail(err)
+				}
+			}
+			if w.batch.failed() == nil && len(reads) > 0 {
 				select {
 				case w.slabBuf = <-h.slabs:
 				case <-ctx.Done():
 					return
 				}
-				if err := h.read(ctx, w, w.reads, w.slabBuf); err != nil {
+				if err := h.read(ctx, w, reads, w.slabBuf); err != nil {
 					w.batch.fail(err)
+				} else if h.maps != nil {
+					h.heatUp(reads)
 				}
 			}
 			select {
@@ -411,6 +426,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			}
 		}
 		h.giveSlab(w)
+		h.releaseMaps(w)
 		h.releaseHits(w)
 		if !w.last {
 			continue

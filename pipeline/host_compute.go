@@ -69,6 +69,7 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 		in += bp.jobs[ji].chunk.Length
 		out += int64(bp.jobs[ji].layout.Bytes())
 	}
+	stored := w.stored(w.slabBuf)
 	var decT, asmT atomic.Int64
 	nj := len(w.jobs)
 	start := time.Now()
@@ -90,8 +91,15 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 			dst = hw.chunk[: n : n+zarr.DecodeSlack]
 			from = dst
 		}
-		if err := h.decodeJob(j, w.slabStored(j), dst, j.bloscPayload); err != nil {
-			return decodeError(j, err)
+		// A fault reading a mapped file (truncated under its mapping)
+		// is an error of its own, not the chunk's.
+		if err := w.guard(func() error {
+			if err := h.decodeJob(j, stored(j), dst, j.bloscPayload); err != nil {
+				return decodeError(j, err)
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
 		t1 := time.Now()
 		decT.Add(int64(t1.Sub(t0)))

@@ -72,11 +72,9 @@ type wave struct {
 	slabEnd   int64 // after layout: where its reads and slab-decoded chunks end
 	prior     int   // jobs of the waves before it in its slab
 
-	slabBuf []byte // host engine: the slab holding the wave's reads
+	slabBuf []byte     // host engine: the slab holding the wave's reads
+	mapped  []*fileMap // per read: the mapped file it is read from (nil: preads into the slab); nil when none is
 }
-
-// slabStored returns the stored bytes of job j in the host engine's slab.
-func (w *wave) slabStored(j *job) []byte { return j.inSlab(w.slabBuf) }
 
 // inSlab returns the job's stored bytes in its wave's slab.
 func (j *job) inSlab(slab []byte) []byte { return slab[j.slabOff : j.slabOff+j.chunk.Length] }

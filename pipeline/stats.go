@@ -62,8 +62,8 @@ type Stats struct {
 	ChunksDeduped   int64 // chunk uses served by a chunk already decoded in the same wave
 	ReadOps         int64 // reads issued after coalescing
 	BytesRead       int64 // bytes read from storage
-	BytesMapped     int64 // of BytesRead, bytes the GPU copied straight from mapped files (CUDA engine, Config.MappedFileBytes)
-	MappedFileBytes int64 // gauge: bytes of local files mapped and page-locked (at most Config.MappedFileBytes)
+	BytesMapped     int64 // of BytesRead, bytes read straight from mapped files (Config.MappedFileBytes): copied by the GPU, or decoded by the host engine
+	MappedFileBytes int64 // gauge: bytes of local files mapped (and page-locked, CUDA engine; at most Config.MappedFileBytes)
 	RemoteRequests  int64 // object-store requests (GET, HEAD), retries included
 	RemoteRetries   int64 // of which retries of a failed attempt
 	BoxBytes        int64 // bytes of the boxes in source dtype (read amplification = BytesRead/BoxBytes)

@@ -98,10 +98,11 @@ class Config:
             or host memory on the host engine, so that later epochs over a
             dataset that fits skip reading and decoding. 0 = off (the
             default); else at least 1 MiB.
-        mapped_file_bytes: Bytes of local files the CUDA engine may keep
-            mapped and page-locked (extra), so that the GPU copies their
-            chunks straight out of the page cache, sparing the host's
-            cores; files are mapped once they have been read whole, least
+        mapped_file_bytes: Bytes of local files the engines may keep
+            mapped (extra; page-locked on the CUDA engine, so that the GPU
+            copies their chunks straight out of the page cache; the host
+            engine decodes from the mapping), sparing the host's cores the
+            reads; files are mapped once they have been read whole, least
             recently used first out. 0 = the default (an eighth of the
             host's memory, at most 16 GiB); -1 = none.
     """
