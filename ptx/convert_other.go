@@ -9,3 +9,12 @@ import "unsafe"
 func convertRow(k rowKind, dst, src unsafe.Pointer, n int) {
 	convertRowGo(k, dst, src, n)
 }
+
+// convertRows converts rows rows of n elements each, the rows dstStride
+// and srcStride bytes apart.
+func convertRows(k rowKind, dst, src unsafe.Pointer, n, rows, dstStride, srcStride int) {
+	for range rows {
+		convertRowGo(k, dst, src, n)
+		dst, src = unsafe.Add(dst, dstStride), unsafe.Add(src, srcStride)
+	}
+}

@@ -248,8 +248,30 @@ func (h *hostOp) runDirect(out []byte, c *[MaxRank]int64, n int64) {
 	}
 	in, o := h.kind.sizes()
 	isz, osz := int64(in), int64(o)
+	ext := int64(op.Extent[last])
 	for n > 0 {
-		seg := min(int64(op.Extent[last])-c[last], n)
+		if c[last] == 0 && last > 0 && n >= ext {
+			// Whole rows up to the end of the next dimension: one call.
+			// The slices span the block, from its first row's start to
+			// its last row's end, which checks its bounds.
+			rows := min(n/ext, int64(op.Extent[last-1])-c[last-1])
+			ds, ss := h.ostride[last-1], int64(op.SrcStride[last-1])
+			convertRows(h.kind, unsafe.Pointer(unsafe.SliceData(out[osz*dst:osz*(dst+(rows-1)*ds+ext)])),
+				unsafe.Pointer(unsafe.SliceData(h.chunk[isz*src:isz*(src+(rows-1)*ss+ext)])),
+				int(ext), int(rows), int(osz*ds), int(isz*ss))
+			n -= rows * ext
+			c[last-1] += rows
+			dst += rows * ds
+			src += rows * ss
+			for d := last - 1; d > 0 && c[d] == int64(op.Extent[d]); d-- {
+				dst += h.ostride[d-1] - c[d]*h.ostride[d]
+				src += int64(op.SrcStride[d-1]) - c[d]*int64(op.SrcStride[d])
+				c[d] = 0
+				c[d-1]++
+			}
+			continue
+		}
+		seg := min(ext-c[last], n)
 		// The chunk's elements in place: aligned to their size (chunks
 		// start 256-aligned). Slicing checks the row's bounds.
 		convertRow(h.kind, unsafe.Pointer(unsafe.SliceData(out[osz*dst:osz*(dst+seg)])),

@@ -70,8 +70,8 @@ errors, and every value is checked; a message names the field at fault.
       "device_buffer": "1GiB",       decoded-chunk memory (0: the default)
       "chunk_cache": "256MiB",       a chunk cache of this size (decoded
                                      chunks kept across batches; 0: none)
-      "mapped_files": "auto",        CUDA engine: local files it may keep
-                                     mapped for the GPU to copy from
+      "mapped_files": "auto",        local files the engine may keep
+                                     mapped, to read chunks from in place
                                      (Config.MappedFileBytes): auto (the
                                      default), off, or a size
       "epochs": 3,                   read the measured batches' boxes this
