@@ -48,22 +48,28 @@ func convertRow(k rowKind, dst, src unsafe.Pointer, n int) {
 // convertRows converts rows rows of n elements each, the rows dstStride
 // and srcStride bytes apart, as convertRow converts one.
 func convertRows(k rowKind, dst, src unsafe.Pointer, n, rows, dstStride, srcStride int) {
+	// The pointers move on only between rows: one row past the last may
+	// lie outside the allocation.
 	if !hasAVX2 || n < 8 {
-		for range rows {
+		for r := range rows {
+			if r > 0 {
+				dst, src = unsafe.Add(dst, dstStride), unsafe.Add(src, srcStride)
+			}
 			convertRowGo(k, dst, src, n)
-			dst, src = unsafe.Add(dst, dstStride), unsafe.Add(src, srcStride)
 		}
 		return
 	}
 	m := n &^ 7
 	in, out := k.sizes()
 	tailDst, tailSrc := (n-8)*out, (n-8)*in
-	for range rows {
+	for r := range rows {
+		if r > 0 {
+			dst, src = unsafe.Add(dst, dstStride), unsafe.Add(src, srcStride)
+		}
 		convertAVX2(k, dst, src, m)
 		if m < n {
 			convertAVX2(k, unsafe.Add(dst, tailDst), unsafe.Add(src, tailSrc), 8)
 		}
-		dst, src = unsafe.Add(dst, dstStride), unsafe.Add(src, srcStride)
 	}
 }
 

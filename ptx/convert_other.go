@@ -13,8 +13,10 @@ func convertRow(k rowKind, dst, src unsafe.Pointer, n int) {
 // convertRows converts rows rows of n elements each, the rows dstStride
 // and srcStride bytes apart.
 func convertRows(k rowKind, dst, src unsafe.Pointer, n, rows, dstStride, srcStride int) {
-	for range rows {
+	for r := range rows {
+		if r > 0 { // one row past the last may lie outside the allocation
+			dst, src = unsafe.Add(dst, dstStride), unsafe.Add(src, srcStride)
+		}
 		convertRowGo(k, dst, src, n)
-		dst, src = unsafe.Add(dst, dstStride), unsafe.Add(src, srcStride)
 	}
 }
