@@ -399,6 +399,15 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			}
 		}
 	}()
+	// held is the batch whose waves are being assembled into the slot it
+	// took, until emit hands the slot on: if run stops in between, the
+	// slot goes back here.
+	var held *batchState
+	defer func() {
+		if held != nil && held.slot != nil {
+			held.slot.unref()
+		}
+	}()
 	for {
 		h.head.Store(int32(stageIO))
 		var w *wave
@@ -419,6 +428,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 				return
 			}
 			bs.slot = s
+			held = bs
 		}
 		if bs.failed() == nil {
 			if err := h.compute(ctx, w, h.full); err != nil {
@@ -431,6 +441,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 		if !w.last {
 			continue
 		}
+		held = nil // emit hands the slot on, or gives it back
 		if !bs.emit(ctx, out) {
 			return
 		}

@@ -447,3 +447,48 @@ func TestHostEngineChunkSizes(t *testing.T) {
 		})
 	}
 }
+
+// TestHostCloseMidBatch closes the host engine while batches of many
+// waves are being assembled: the slot a batch took for its first wave
+// comes back even though the batch is never emitted.
+func TestHostCloseMidBatch(t *testing.T) {
+	dir := t.TempDir()
+	seed := zarrtest.Seed(t)
+	shape := []int64{96, 96, 96}
+	path := writeCase(t, dir, storeCase{name: "a", spec: writer.Spec{Shape: shape, ChunkShape: []int64{16, 16, 16},
+		DataType: zarr.Uint16, Compression: writer.Compression{Codec: writer.Zstd, Level: 1}}}, seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	// 4 boxes of 48^3 touch about 2 MiB of decoded chunks: two or three
+	// waves per batch in a 1 MiB arena.
+	ext := []int{48, 48, 48}
+	var samples []Sample
+	for range 48 {
+		samples = append(samples, Sample{URI: path, Box: randomBox(rng, shape, ext)})
+	}
+	for round := range 10 {
+		cfg := Config{BatchSize: 4, SampleShape: ext, Dtype: F32, Device: "cpu", BatchSlots: 2,
+			HostBufferBytes: 1 << 20, DeviceBufferBytes: 1 << 20, MaxChunkBytes: 64 << 10, ComputeThreads: 2, IOThreads: 2}
+		before := runtime.NumGoroutine()
+		p, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Push(samples...); err != nil {
+			t.Fatal(err)
+		}
+		b, err := p.Pop(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release()
+		// Close at a different point of the next batch's waves each round.
+		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := p.Stats().SlotsInUse; n != 0 {
+			t.Fatalf("round %d: %d batch slots still out after Close", round, n)
+		}
+		checkGoroutines(t, before)
+	}
+}
