@@ -34,8 +34,13 @@ const (
 	splitGrow  = 1.25
 	splitDecay = 0.8
 	// splitWait is how long a wave must wait for a wave buffer for the GPU
-	// to count as the bottleneck.
-	splitWait = time.Millisecond
+	// to count as the bottleneck. The share settles where about half the
+	// waves wait this long, which leaves a wave's preparation (checks, the
+	// CPU's share of decoding, layout: on the way to its copy) that much
+	// slack behind the GPU's wave; at 1 ms the slack was too little to
+	// absorb the preparation's jitter, and the decode stream idled
+	// (BENCH.md, 2026-11-24 (3)).
+	splitWait = 5 * time.Millisecond
 )
 
 func (d *decodeSplit) fraction() float64 {

@@ -16,7 +16,7 @@ func TestDecodeSplit(t *testing.T) {
 	for range 50 {
 		d.cpuDone(10<<20, time.Duration(float64(10<<20)/10e9*1e9))
 		d.gpuDone(30<<20, time.Duration(float64(30<<20)/30e9*1e9))
-		d.waited(5 * time.Millisecond)
+		d.waited(2 * splitWait)
 	}
 	if f := d.fraction(); math.Abs(f-0.25) > 0.01 {
 		t.Fatalf("fraction while GPU-bound = %v, want 0.25", f)
