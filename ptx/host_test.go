@@ -42,6 +42,21 @@ func poisoned(n int64) []byte {
 // both output types at every rank, through AssembleHost, and compares each
 // output element with the value computed from the chunks' logical values.
 func TestAssembleHost(t *testing.T) {
+	eachScenario(t, func(t *testing.T, rng *rand.Rand, sc *scenario) {
+		got := poisoned(sc.layout.Bytes())
+		workers := []int{0, 1, 3}[rng.IntN(3)]
+		if err := AssembleHost(got, sc.layout, sc.arena, sc.plan.Ops(), workers); err != nil {
+			t.Fatal(err)
+		}
+		if d := firstDiff(sc, got); d != "" {
+			t.Errorf("shape %v, %d ops: %s", sc.layout.Shape, len(sc.plan.Ops()), d)
+		}
+	})
+}
+
+// eachScenario runs f, in a subtest, on a random scenario of every source
+// dtype x byte order x shuffle mode for each output type and rank.
+func eachScenario(t *testing.T, f func(t *testing.T, rng *rand.Rand, sc *scenario)) {
 	rng := newRand(t)
 	for _, out := range []Dtype{Float32, BFloat16} {
 		for rank := 1; rank <= MaxRank; rank++ {
@@ -50,14 +65,7 @@ func TestAssembleHost(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := poisoned(sc.layout.Bytes())
-				workers := []int{0, 1, 3}[rng.IntN(3)]
-				if err := AssembleHost(got, sc.layout, sc.arena, sc.plan.Ops(), workers); err != nil {
-					t.Fatal(err)
-				}
-				if d := firstDiff(sc, got); d != "" {
-					t.Errorf("shape %v, %d ops: %s", sc.layout.Shape, len(sc.plan.Ops()), d)
-				}
+				f(t, rng, sc)
 			})
 		}
 	}
