@@ -6,7 +6,7 @@ import (
 )
 
 // rowKind is one of the conversions of a row of unshuffled little-endian
-// integers into the batch that convertRow does in one pass: the source
+// integers into the batch that convertRows does in one pass: the source
 // type and the output type.
 type rowKind uint8
 
@@ -21,7 +21,7 @@ const (
 )
 
 // rowKindOf returns the row kind of source type src into output type out,
-// and false where convertRow has none (only 8- and 16-bit integers have).
+// and false where convertRows has none (only 8- and 16-bit integers have).
 func rowKindOf(src, out Dtype) (rowKind, bool) {
 	var k rowKind
 	switch src {
@@ -41,43 +41,54 @@ func rowKindOf(src, out Dtype) (rowKind, bool) {
 }
 
 // convertRowGo converts n elements at src into n elements at dst, as
-// castRow and writeRow do for the row kind: the portable loop, and the
-// tail of convertRow's vector loop.
+// castRow and writeRow do for the row kind: the portable loop.
 func convertRowGo(k rowKind, dst, src unsafe.Pointer, n int) {
 	if n == 0 {
 		return
 	}
 	switch k {
 	case u8F32:
-		o, in := unsafe.Slice((*float32)(dst), n), unsafe.Slice((*uint8)(src), n)
-		for i, x := range in {
-			o[i] = float32(x)
-		}
+		toFloat32(dst, (*uint8)(src), n)
 	case u16F32:
-		o, in := unsafe.Slice((*float32)(dst), n), unsafe.Slice((*uint16)(src), n)
-		for i, x := range in {
-			o[i] = float32(x)
-		}
+		toFloat32(dst, (*uint16)(src), n)
 	case i16F32:
-		o, in := unsafe.Slice((*float32)(dst), n), unsafe.Slice((*int16)(src), n)
-		for i, x := range in {
-			o[i] = float32(x)
-		}
+		toFloat32(dst, (*int16)(src), n)
 	case u8BF16:
-		o, in := unsafe.Slice((*uint16)(dst), n), unsafe.Slice((*uint8)(src), n)
-		for i, x := range in {
-			o[i] = BFloat16Bits(math.Float32bits(float32(x)))
-		}
+		toBFloat16(dst, (*uint8)(src), n)
 	case u16BF16:
-		o, in := unsafe.Slice((*uint16)(dst), n), unsafe.Slice((*uint16)(src), n)
-		for i, x := range in {
-			o[i] = BFloat16Bits(math.Float32bits(float32(x)))
-		}
+		toBFloat16(dst, (*uint16)(src), n)
 	case i16BF16:
-		o, in := unsafe.Slice((*uint16)(dst), n), unsafe.Slice((*int16)(src), n)
-		for i, x := range in {
-			o[i] = BFloat16Bits(math.Float32bits(float32(x)))
+		toBFloat16(dst, (*int16)(src), n)
+	}
+}
+
+// convertRowsGo converts rows rows of n elements each, the rows dstStride
+// and srcStride bytes apart, with convertRowGo.
+func convertRowsGo(k rowKind, dst, src unsafe.Pointer, n, rows, dstStride, srcStride int) {
+	for r := range rows {
+		if r > 0 { // one row past the last may lie outside the allocation
+			dst, src = unsafe.Add(dst, dstStride), unsafe.Add(src, srcStride)
 		}
+		convertRowGo(k, dst, src, n)
+	}
+}
+
+// rowInt is a source type of a row kind.
+type rowInt interface{ uint8 | uint16 | int16 }
+
+// toFloat32 writes float32(src[i]) at dst, for n elements.
+func toFloat32[S rowInt](dst unsafe.Pointer, src *S, n int) {
+	o, in := unsafe.Slice((*float32)(dst), n), unsafe.Slice(src, n)
+	for i, x := range in {
+		o[i] = float32(x)
+	}
+}
+
+// toBFloat16 writes the bfloat16 bits of src[i] at dst, for n elements.
+func toBFloat16[S rowInt](dst unsafe.Pointer, src *S, n int) {
+	o, in := unsafe.Slice((*uint16)(dst), n), unsafe.Slice(src, n)
+	for i, x := range in {
+		o[i] = BFloat16Bits(math.Float32bits(float32(x)))
 	}
 }
 

@@ -27,43 +27,21 @@ func detectAVX2() bool {
 	return ebx7&(1<<5) != 0
 }
 
-// convertRow converts n elements at src into n elements at dst as row
-// kind k: eight at a time with AVX2 where the CPU has it, else in Go.
-// A row of at least 8 that is not a multiple of 8 ends with a step over
-// its last 8 elements, which writes some of them a second time, with the
-// same values.
-func convertRow(k rowKind, dst, src unsafe.Pointer, n int) {
-	if !hasAVX2 || n < 8 {
-		convertRowGo(k, dst, src, n)
-		return
-	}
-	m := n &^ 7
-	convertAVX2(k, dst, src, m)
-	if m < n {
-		in, out := k.sizes()
-		convertAVX2(k, unsafe.Add(dst, (n-8)*out), unsafe.Add(src, (n-8)*in), 8)
-	}
-}
-
 // convertRows converts rows rows of n elements each, the rows dstStride
-// and srcStride bytes apart, as convertRow converts one.
+// and srcStride bytes apart: eight elements at a time with AVX2 where the
+// CPU has it, else in Go. A row of at least 8 that is not a multiple of 8
+// ends with a step over its last 8 elements, which writes some of them a
+// second time, with the same values.
 func convertRows(k rowKind, dst, src unsafe.Pointer, n, rows, dstStride, srcStride int) {
-	// The pointers move on only between rows: one row past the last may
-	// lie outside the allocation.
 	if !hasAVX2 || n < 8 {
-		for r := range rows {
-			if r > 0 {
-				dst, src = unsafe.Add(dst, dstStride), unsafe.Add(src, srcStride)
-			}
-			convertRowGo(k, dst, src, n)
-		}
+		convertRowsGo(k, dst, src, n, rows, dstStride, srcStride)
 		return
 	}
 	m := n &^ 7
 	in, out := k.sizes()
 	tailDst, tailSrc := (n-8)*out, (n-8)*in
 	for r := range rows {
-		if r > 0 {
+		if r > 0 { // one row past the last may lie outside the allocation
 			dst, src = unsafe.Add(dst, dstStride), unsafe.Add(src, srcStride)
 		}
 		convertAVX2(k, dst, src, m)

@@ -6,7 +6,7 @@ import (
 	"unsafe"
 )
 
-// TestConvertRow compares convertRow (vector loop and tail) with the
+// TestConvertRow compares a row of convertRows (vector loop and tail) with the
 // portable loop and with castRow and writeRow, for every row kind, at
 // every length up to 70 and unaligned starts, on random values and every
 // extreme of the source types.
@@ -42,10 +42,10 @@ func TestConvertRow(t *testing.T) {
 					if n > 0 {
 						sp = unsafe.Pointer(&s[0])
 					}
-					convertRow(k, unsafe.Pointer(&got[osz]), sp, n)
+					convertRows(k, unsafe.Pointer(&got[osz]), sp, n, 1, 0, 0)
 					convertRowGo(k, unsafe.Pointer(&want[osz]), sp, n)
 					if !bytes.Equal(got, want) {
-						t.Fatalf("%v -> %v, n %d, offset %d: convertRow %x, portable loop %x", src, outType, n, off, got, want)
+						t.Fatalf("%v -> %v, n %d, offset %d: convertRows %x, portable loop %x", src, outType, n, off, got, want)
 					}
 					// The portable loop against the general path.
 					if n == 0 {

@@ -236,8 +236,8 @@ func (h *hostOp) run(out []byte, outType Dtype, start, n int64, sc *HostScratch)
 }
 
 // runDirect writes n elements of a direct op from box coordinates c on,
-// a row segment at a time, each in one pass of convertRow; the offsets
-// move with the coordinates rather than being recomputed per row.
+// in passes of convertRows; the offsets move with the coordinates rather
+// than being recomputed per row.
 func (h *hostOp) runDirect(out []byte, c *[MaxRank]int64, n int64) {
 	op := h.op
 	last := h.rank - 1
@@ -250,37 +250,28 @@ func (h *hostOp) runDirect(out []byte, c *[MaxRank]int64, n int64) {
 	isz, osz := int64(in), int64(o)
 	ext := int64(op.Extent[last])
 	for n > 0 {
+		// The rest of the current row; or, from a row's start, whole rows
+		// up to the end of the next dimension, in one call. The slices
+		// span the block, from its first row's start to its last row's
+		// end, which checks its bounds. The chunk's elements are read in
+		// place: aligned to their size (chunks start 256-aligned).
+		d, seg, rows := last, min(ext-c[last], n), int64(1)
+		step := seg
+		var ds, ss int64
 		if c[last] == 0 && last > 0 && n >= ext {
-			// Whole rows up to the end of the next dimension: one call.
-			// The slices span the block, from its first row's start to
-			// its last row's end, which checks its bounds.
-			rows := min(n/ext, int64(op.Extent[last-1])-c[last-1])
-			ds, ss := h.ostride[last-1], int64(op.SrcStride[last-1])
-			convertRows(h.kind, unsafe.Pointer(unsafe.SliceData(out[osz*dst:osz*(dst+(rows-1)*ds+ext)])),
-				unsafe.Pointer(unsafe.SliceData(h.chunk[isz*src:isz*(src+(rows-1)*ss+ext)])),
-				int(ext), int(rows), int(osz*ds), int(isz*ss))
-			n -= rows * ext
-			c[last-1] += rows
-			dst += rows * ds
-			src += rows * ss
-			for d := last - 1; d > 0 && c[d] == int64(op.Extent[d]); d-- {
-				dst += h.ostride[d-1] - c[d]*h.ostride[d]
-				src += int64(op.SrcStride[d-1]) - c[d]*int64(op.SrcStride[d])
-				c[d] = 0
-				c[d-1]++
-			}
-			continue
+			d = last - 1
+			rows = min(n/ext, int64(op.Extent[d])-c[d])
+			step = rows
+			ds, ss = h.ostride[d], int64(op.SrcStride[d])
 		}
-		seg := min(ext-c[last], n)
-		// The chunk's elements in place: aligned to their size (chunks
-		// start 256-aligned). Slicing checks the row's bounds.
-		convertRow(h.kind, unsafe.Pointer(unsafe.SliceData(out[osz*dst:osz*(dst+seg)])),
-			unsafe.Pointer(unsafe.SliceData(h.chunk[isz*src:isz*(src+seg)])), int(seg))
-		n -= seg
-		c[last] += seg
-		dst += seg
-		src += seg
-		for d := last; d > 0 && c[d] == int64(op.Extent[d]); d-- {
+		convertRows(h.kind, unsafe.Pointer(unsafe.SliceData(out[osz*dst:osz*(dst+(rows-1)*ds+seg)])),
+			unsafe.Pointer(unsafe.SliceData(h.chunk[isz*src:isz*(src+(rows-1)*ss+seg)])),
+			int(seg), int(rows), int(osz*ds), int(isz*ss))
+		n -= rows * seg
+		c[d] += step
+		dst += step * h.ostride[d]
+		src += step * int64(op.SrcStride[d])
+		for ; d > 0 && c[d] == int64(op.Extent[d]); d-- {
 			dst += h.ostride[d-1] - c[d]*h.ostride[d]
 			src += int64(op.SrcStride[d-1]) - c[d]*int64(op.SrcStride[d])
 			c[d] = 0
