@@ -67,11 +67,11 @@
 // opens arrays, plan.go plans batches into jobs, waves and reads (planner.go
 // is the stage, which carries waves over batches), io.go
 // reads local files and remote.go object stores (ranged GETs), filemap.go
-// keeps hot local files mapped (cuda_mapread.go: a wave's use of them),
-// chunkcache.go keeps the chunk cache's books (entries, room, pins, file
-// versions). host.go holds the stages both engines share and the host
-// engine. The CUDA engine goes
-// stage by stage: cuda_setup.go (budgets, buffers, batch slots),
+// keeps hot local files mapped (mapread.go: a wave's use of them, and
+// cuda_mapread.go the GPU's copies from them), chunkcache.go keeps the
+// chunk cache's books (entries, room, pins, file versions). host.go holds the stages both engines share and the host
+// engine, host_compute.go its fused decode and assembly. The CUDA engine
+// goes stage by stage: cuda_setup.go (budgets, buffers, batch slots),
 // cuda_route.go (which decoder takes a chunk, nvCOMP's entries),
 // cuda_wave.go (the stages, a wave's parts, load), cuda_prepare.go
 // (checks, CPU decode, layout), cuda_submit.go (the stream work),
