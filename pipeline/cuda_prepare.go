@@ -13,8 +13,6 @@ import (
 type waveLayout struct {
 	where     map[*job]int64 // decoded bytes' offset from the wave buffer's base
 	zstd, lz4 []nvEntry
-	cpuBytes  int64 // decoded by CPU workers into the slab
-	cpuTime   time.Duration
 	end       int64 // where the parts' reads and slab-decoded chunks end
 }
 
@@ -33,7 +31,6 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	if len(cw.live()) == 0 {
 		return
 	}
-	e.split.cpuDone(wl.cpuBytes, wl.cpuTime)
 	cw.ents = append(wl.zstd, wl.lz4...)
 	cw.nZstd = len(wl.zstd)
 	// Where decoded chunks land, as offsets from a wave buffer's base (the
@@ -74,14 +71,12 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 		cw.err = err
 		return
 	}
-	t := time.Now()
 	select {
 	case cw.buf = <-e.bufFree:
 	case <-ctx.Done():
 		cw.err = ctx.Err()
 		return
 	}
-	e.split.waited(time.Since(t))
 	e.nextBuf = (cw.buf.index + 1) % cudaWaveBufs
 	if cw.buf != next {
 		if err := e.layOut(cw, cw.buf, slab, wl.end, wl.where); err != nil {
@@ -176,17 +171,12 @@ func (e *cudaEngine) preparePart(ctx context.Context, cw *cudaWave, p *wavePart,
 		off, n := j.decOff-w.arenaAt, int64(j.layout.Bytes())
 		dst[j] = spillBuf[off : off+n : off+n]
 	}
-	t = time.Now()
 	err = p.guard(func() error {
 		return e.decodeCPU(ctx, w, stored, func(j *job) bool { return dst[j] != nil }, func(j *job) []byte { return dst[j] })
 	})
 	if err != nil {
 		return err
 	}
-	for _, j := range cpu {
-		wl.cpuBytes += int64(j.layout.Bytes())
-	}
-	wl.cpuTime += time.Since(t)
 	arenaAt := e.bufs[0].arena
 	for _, j := range spill {
 		off := j.decOff - w.arenaAt

@@ -129,7 +129,6 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 			elems += n
 		}
 	}
-	e.split.gpuDone(outB, dec)
 	if e.trace != nil {
 		// Place the GPU spans on the host clock: the wave ended (done)
 		// about now; the events give each point's distance from start.

@@ -69,23 +69,18 @@ func setShuffle(src *ptx.Source, h blosc.Header) {
 
 // route decides, at plan time, which decoder a chunk gets and what it
 // costs. Chunks nvCOMP may take (by codec; arrays where a chunk was already
-// refused stay on the CPU) get arena space, except the CPU's share of them
-// (hybrid decode, see decodeSplit). CPU-decoded chunks get staging room
-// for their decoded bytes, which travel in the same H2D copy.
+// refused stay on the CPU) get arena space. CPU-decoded chunks get staging
+// room for their decoded bytes, which travel in the same H2D copy.
+//
+// The CPU takes no share of what nvCOMP may take: its decoding would lie
+// on the way to the wave's copy, and on a 16-core H100 host CPU decoding
+// stalls now and then for 15-90 ms, which left the GPU idle 6-13% of the
+// time with a 2% share (BENCH.md, 2026-11-24 (4)).
 func (e *cudaEngine) route(j *job) {
 	n := int64(j.layout.Bytes())
 	r := j.chunk.Codec.Route()
-	eligible := e.zstd != nil && r.Simple && !j.src.cpuOnly.Load() &&
+	j.gpu = e.zstd != nil && r.Simple && !j.src.cpuOnly.Load() &&
 		(r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4 || r.Compression == zarr.CompressionBlosc)
-	if eligible {
-		if e.cpuShare >= float64(n) {
-			e.cpuShare -= float64(n)
-			eligible = false
-		} else {
-			e.cpuShare += e.split.fraction() * float64(n)
-		}
-	}
-	j.gpu = eligible
 	if j.gpu {
 		j.slabCost = j.chunk.Length + int64(descEntries(j))*(jobDescBytes+statusBytes)
 		j.arenaCost = n

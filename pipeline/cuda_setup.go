@@ -60,11 +60,9 @@ type cudaEngine struct {
 	metaRes   int64 // staging bytes reserved per wave for the block table
 	committed int64
 	sticky    atomic.Pointer[Error] // a CUDA error: every later batch fails with it
-	split     decodeSplit           // how much of nvCOMP's work the CPU takes
 	stuck     atomic.Bool           // a wave never finished: close must not wait for the GPU
 	wavesRead atomic.Int64          // waves whose reads are done (or skipped)
 	wavesDone atomic.Int64          // waves retired
-	cpuShare  float64               // route's running CPU share, in bytes (plan goroutine only)
 	lateParts atomic.Int64          // parts assembled late (see takeSlots)
 	holdersMu sync.Mutex
 	holders   map[*batchState]struct{} // batches holding a slot, until emitted (see dropSlots)

@@ -76,8 +76,7 @@
 // cuda_wave.go (the stages, a wave's parts, load), cuda_prepare.go
 // (checks, CPU decode, layout), cuda_submit.go (the stream work),
 // cuda_slots.go (batch slots, late parts), cuda_retire.go (waiting,
-// status checks, the CPU redo) and cuda_close.go; split.go steers its
-// hybrid decode.
+// status checks, the CPU redo) and cuda_close.go.
 //
 // All memory is reserved at New (batch slots at the first Push when the
 // sample shape comes from it); a configuration that cannot work fails
