@@ -162,19 +162,30 @@ func preadReplay(ctx context.Context, bs *boxSet, rg *rig, rp *replanned, st pip
 	c := Ceiling{Name: "pread replay", Of: "read", Detail: fmt.Sprintf("%d threads, %d ranges, %s per range", rg.io.Size(), len(ranges), base.FormatBytes(n/int64(max(len(ranges), 1)))), Bytes: n, Time: el, Limits: true}
 	c.GBps = float64(n) / el.Seconds() / 1e9
 	if n > 0 {
-		// The run needs BytesRead per OutputBytes; the replay reads only
-		// the chunks, so scale by what the run actually read, less what
-		// the GPU copied straight from mapped files (no pread): a run that
-		// read everything so is not bound by preads at all.
-		preads := max(st.BytesRead, n) - st.BytesMapped
-		if preads*100 < st.BytesRead {
-			c.Limits = false
+		var preads int64
+		preads, c.Limits = preadShare(st, n)
+		if !c.Limits {
 			c.Detail += fmt.Sprintf("; the run copied %.0f%% of its bytes from mapped files", 100*base.Ratio(st.BytesMapped, st.BytesRead))
-			preads = max(preads, 1)
 		}
 		c.OutputGBps = c.GBps * float64(st.OutputBytes) / float64(preads)
 	}
 	return c, nil
+}
+
+// preadShare returns the bytes the pread replay's rate is scaled by to
+// give output GB/s, and whether preads bound the run. The run needs
+// BytesRead per OutputBytes; the replay reads only the chunks (n bytes),
+// so the scale is what the run read by pread: all it read, less what the
+// GPU copied straight from mapped files. A run that read (nearly)
+// everything so is not bound by preads at all; its figure is then what
+// the preads would have given had the run read everything by pread.
+func preadShare(st pipeline.Stats, n int64) (int64, bool) {
+	read := max(st.BytesRead, n)
+	preads := read - st.BytesMapped
+	if preads*100 < st.BytesRead {
+		return read, false
+	}
+	return preads, true
 }
 
 // decodeSample is the stored chunks of the first measured batches, up to
