@@ -184,6 +184,17 @@ func TestSoakSeries(t *testing.T) {
 	if !grow.RSS.Growing || grow.RSS.Min != 1<<30 || grow.RSS.Last != 1<<30+180<<20 {
 		t.Errorf("growing rss: %+v", grow.RSS)
 	}
+
+	// The sample taken when the run stops, 3 ms after the last tick, has
+	// a rate that says nothing; the output series leaves it out.
+	s := &sampler{}
+	for i := range 10 {
+		s.samples = append(s.samples, SoakSample{T: time.Duration(i) * time.Second, OutputGBps: 40 + float64(i%2)})
+	}
+	s.samples = append(s.samples, SoakSample{T: 9*time.Second + 3*time.Millisecond, OutputGBps: 2000})
+	if o := s.summarize().OutputGBps; o == nil || o.Max != 41 || o.Min != 40 || o.Last != 41 {
+		t.Errorf("output series %+v: want 40-41 GB/s, the stop sample left out", o)
+	}
 }
 
 // TestRunCUDACache runs the smoke scenario on the CUDA engine for three

@@ -190,8 +190,17 @@ func (s *sampler) summarize() *SoakReport {
 		}
 		return &sr
 	}
-	// The first sample's rate covers no interval.
-	if rates := s.samples[1:]; len(rates) > 0 {
+	// The first sample's rate covers no interval, and the last one's (taken
+	// when the run stops) may cover a few milliseconds, over which the
+	// rate says nothing: a batch more or less makes it 0 or thousands of
+	// GB/s. The series takes the rates of intervals of half a tick or more.
+	var rates []SoakSample
+	for i := 1; i < len(s.samples); i++ {
+		if s.samples[i].T-s.samples[i-1].T >= soakInterval/2 {
+			rates = append(rates, s.samples[i])
+		}
+	}
+	if len(rates) > 0 {
 		r.OutputGBps = series(rates, false, func(x *SoakSample) float64 { return x.OutputGBps })
 	}
 	if s.samples[0].GPUCommitted > 0 {
