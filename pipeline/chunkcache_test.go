@@ -219,12 +219,7 @@ func runEpochs(t *testing.T, p *Pipeline, epochs [][]Sample) epochRun {
 	var r epochRun
 	for _, samples := range epochs {
 		p.StatsReset()
-		if err := p.Push(samples...); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		pushAll(t, p, samples...)
 		for got := 0; got < len(samples); {
 			b, err := p.Pop(ctx)
 			if err != nil {

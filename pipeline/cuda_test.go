@@ -58,12 +58,7 @@ func runBoth(t *testing.T, cfg Config, samples []Sample, withNVCOMP bool) Stats 
 	}
 	defer gpu.Close()
 	for _, p := range []*Pipeline{host, gpu} {
-		if err := p.Push(samples...); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		pushAll(t, p, samples...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

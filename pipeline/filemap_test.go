@@ -273,12 +273,7 @@ func testMappedFiles(t *testing.T, engine string) {
 			return nil
 		})
 	}
-	if err := p.Push(epochs[3]...); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	pushAll(t, p, epochs[3]...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Every batch reports, failed or not; the later ones may have taken a

@@ -298,6 +298,18 @@ func newChecked(t *testing.T, cfg Config) *Pipeline {
 	return p
 }
 
+// pushAll pushes samples into p and flushes it, failing the test on an
+// error.
+func pushAll(t *testing.T, p *Pipeline, samples ...Sample) {
+	t.Helper()
+	if err := p.Push(samples...); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestHostEngineErrors(t *testing.T) {
 	dir := t.TempDir()
 	sc := storeCase{name: "z", spec: writer.Spec{Shape: []int64{32, 32}, ChunkShape: []int64{8, 8}, ShardShape: []int64{16, 16},

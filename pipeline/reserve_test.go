@@ -52,12 +52,7 @@ func TestSampleShapeFromLatePush(t *testing.T) {
 			for range 7 {
 				samples = append(samples, Sample{URI: path, Box: randomBox(rng, a.Shape(), ext)})
 			}
-			if err := p.Push(samples...); err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			pushAll(t, p, samples...)
 			comparePopped(t, p, samples, F32)
 			close(stop)
 			wg.Wait()

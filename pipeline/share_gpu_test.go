@@ -157,12 +157,7 @@ func TestGPUShareIPC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Push(samples...); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		pushAll(t, p, samples...)
 		return p
 	}
 	host, gpu := pipe("cpu"), pipe("cuda")

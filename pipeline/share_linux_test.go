@@ -34,12 +34,7 @@ func TestHostShare(t *testing.T) {
 	for range 8 { // two full batches and a ragged one of 2
 		samples = append(samples, Sample{URI: path, Box: randomBox(rng, sc.spec.Shape, cfg.SampleShape)})
 	}
-	if err := p.Push(samples...); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	pushAll(t, p, samples...)
 	maps := map[int][]byte{}
 	fds := map[int]int{}
 	var held []*Batch

@@ -70,12 +70,7 @@ func TestCUDASharedWaveErrors(t *testing.T) {
 				cfg.BatchSlots = 2
 			}
 			p := newChecked(t, cfg)
-			if err := p.Push(samples...); err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			pushAll(t, p, samples...)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var held *Batch
@@ -156,12 +151,7 @@ func TestCUDALateClose(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Push(samples...); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		pushAll(t, p, samples...)
 		b, err := p.Pop(context.Background())
 		if err != nil {
 			t.Fatal(err)
