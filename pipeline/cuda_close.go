@@ -41,7 +41,7 @@ func (e *cudaEngine) close() error {
 				if b.sumHost != nil {
 					errs = append(errs, b.sumHost.Free())
 				}
-				for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.done, &b.late} {
+				for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.asmStart, &b.done, &b.late} {
 					errs = append(errs, ev.Destroy())
 				}
 			}
@@ -69,7 +69,7 @@ func (e *cudaEngine) close() error {
 		e.pool.close(func(s *slot) {
 			e.ex.Do(func() error {
 				p := cuda.DevicePtr(s.dev)
-				return errors.Join(p.Free(), s.readyEvent.Destroy())
+				return errors.Join(p.Free(), s.readyEvent.Destroy(), s.share.event.Destroy())
 			})
 		}, e.closeExecutor)
 	}
@@ -89,7 +89,7 @@ func (e *cudaEngine) closeExecutor() {
 		if e.kernels != nil {
 			err = errors.Join(err, e.kernels.Unload())
 		}
-		return errors.Join(err, e.asmS.Destroy())
+		return errors.Join(err, e.asmS.Destroy(), e.shareS.Destroy())
 	})
 	e.ex.Close()
 }

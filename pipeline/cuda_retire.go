@@ -108,7 +108,7 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 	}
 	h2d, _ := cuda.EventElapsedTime(b.start, b.h2d)
 	dec, _ := cuda.EventElapsedTime(b.decStart, b.dec)
-	asm, _ := cuda.EventElapsedTime(b.dec, b.done)
+	asm, _ := cuda.EventElapsedTime(b.asmStart, b.done)
 	var in, outB int64
 	jobs := 0
 	for i, en := range cw.ents {
@@ -138,7 +138,7 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 		at := func(ev cuda.Event) time.Time { d, _ := cuda.EventElapsedTime(b.start, ev); return t0.Add(d) }
 		e.trace.span(Span{Stage: "h2d", Lane: "copy stream", Batch: id, Wave: head.index, Start: t0, End: at(b.h2d), Bytes: cw.copied()})
 		e.trace.span(Span{Stage: "decode", Lane: "decode stream", Batch: id, Wave: head.index, Start: at(b.decStart), End: at(b.dec), Bytes: outB})
-		e.trace.span(Span{Stage: "assemble", Lane: "assemble stream", Batch: id, Wave: head.index, Start: at(b.dec), End: now, Bytes: elems * int64(e.layout.Dtype.Size())})
+		e.trace.span(Span{Stage: "assemble", Lane: "assemble stream", Batch: id, Wave: head.index, Start: at(b.asmStart), End: now, Bytes: elems * int64(e.layout.Dtype.Size())})
 	}
 	e.stats.update(func(s *Stats) {
 		s.H2D.add(h2d, cw.copied(), cw.copied())

@@ -46,6 +46,7 @@ type cudaEngine struct {
 	copyS     cuda.Stream
 	decodeS   cuda.Stream
 	asmS      cuda.Stream
+	shareS    cuda.Stream // Batch.Share's stream (made by the first Share, on the executor)
 	slabs     chan *cuda.HostBuffer
 	allSlabs  []*cuda.HostBuffer // for close
 	mem       cuda.DevicePtr     // one allocation: the wave buffers, then the chunk cache's region
@@ -83,6 +84,7 @@ type waveBuf struct {
 	h2d      cuda.Event       // after it,
 	decStart cuda.Event       // when the decode stream reaches the wave,
 	dec      cuda.Event       // after decoding,
+	asmStart cuda.Event       // when the assemble stream reaches the wave (its slots taken),
 	done     cuda.Event       // after assembly
 	late     cuda.Event       // after the assembly of its wave's late parts (cudaWave.late)
 	plans    [2][]*ptx.Plan   // the assemble plans (one per part) of the waves using the buffer, in turn: the next wave's are laid out while the last one's may still be redone
@@ -233,7 +235,7 @@ func (e *cudaEngine) setup(withNVCOMP bool, ph *phases) error {
 			if b.sumHost, err = cuda.HostAlloc(ptx.StatusSummarySize, 0); err != nil {
 				return err
 			}
-			for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.done, &b.late} {
+			for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.asmStart, &b.done, &b.late} {
 				if *ev, err = cuda.NewEvent(cuda.EventDefault); err != nil {
 					return err
 				}
@@ -319,12 +321,10 @@ func (e *cudaEngine) reserve(shape []int) error {
 				return err
 			}
 			e.slotMem = append(e.slotMem, p)
-			// Interprocess, so that Batch.Share can export it; a plain
-			// event where the driver refuses that (no CUDA IPC).
-			ready, err := cuda.NewEvent(cuda.EventDisableTiming | cuda.EventInterprocess)
-			if err != nil {
-				ready, err = cuda.NewEvent(cuda.EventDisableTiming)
-			}
+			// A plain event: an interprocess one gives the process a
+			// file in /dev/shm for the context's life, so Batch.Share
+			// makes one only for a slot that is shared.
+			ready, err := cuda.NewEvent(cuda.EventDisableTiming)
 			if err != nil {
 				return err
 			}

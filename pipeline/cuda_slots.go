@@ -6,8 +6,11 @@ import (
 	"slices"
 )
 
-// Batch slots on the CUDA engine. A batch takes its slot when submit
-// reaches its first wave, in order. A wave's first part may wait for its
+// Batch slots on the CUDA engine. A batch takes its slot when the
+// assembler (the goroutine after submitDecode) reaches its first wave, in
+// order: a wave is copied and decoded without one, so the GPU keeps
+// decoding while the consumer still holds the slots (a training loop keeps
+// its tensor until the next step). A wave's first part may wait for its
 // slot: Pop's caller gives slots back as it pops the batches before. The
 // other parts are first waves of batches that joined the wave (see
 // stages.plan): waiting for their slots could wait on a batch of this
@@ -47,7 +50,7 @@ func (e *cudaEngine) takeSlots(ctx context.Context, cw *cudaWave) bool {
 
 // assembleLate assembles the late parts of a submitted wave, in order,
 // each once its batch's slot is free, then records b.late (b is the
-// wave's buffer) and closes the part's lateDone. It runs on the submit
+// wave's buffer) and closes the part's lateDone. It runs on the assembler
 // goroutine after the wave went on to retire, which emits the batches
 // before each part meanwhile: one part at a time, as Pop's caller may
 // give back a slot only once it has the batch of the part before. It

@@ -10,10 +10,12 @@ import (
 	"github.com/damacy-go/damacy/nvcomp"
 )
 
-// submit queues a prepared wave on the GPU: H2D on the copy stream, nvCOMP
-// and the status reduction on the decode stream, each part's assembly on
-// the assemble stream, chained by events. Nothing here waits for the GPU.
-func (e *cudaEngine) submit(cw *cudaWave) error {
+// submitDecode queues a prepared wave's copy and decoding: H2D on the copy
+// stream, nvCOMP, the status reduction and its copy to the host on the
+// decode stream, chained by events. It needs no batch slot, so a wave is
+// copied and decoded while an earlier one waits for a slot the consumer
+// still holds (submitAssemble). Nothing here waits for the GPU.
+func (e *cudaEngine) submitDecode(cw *cudaWave) error {
 	b := cw.buf
 	n := len(cw.ents)
 	head := cw.parts[0]
@@ -41,6 +43,9 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 			if err := e.decode(cw); err != nil {
 				return err
 			}
+			if err := e.decodeS.CopyDtoH(b.sumHost.Bytes(), b.summary); err != nil {
+				return err
+			}
 		}
 		for _, c := range cw.spill {
 			// From pageable memory: the driver stages the bytes before
@@ -49,10 +54,27 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 				return err
 			}
 		}
-		if err := b.dec.Record(e.decodeS); err != nil {
+		return b.dec.Record(e.decodeS)
+	})
+	if err != nil {
+		ce := cudaError("submit", err)
+		e.sticky.CompareAndSwap(nil, ce)
+		return ce
+	}
+	cw.submitted = true
+	return nil
+}
+
+// submitAssemble queues a decoded wave's assembly on the assemble stream,
+// once takeSlots has given its parts their slots: each part but the late
+// ones, then the chunk cache's copies, then the buffer's done event.
+func (e *cudaEngine) submitAssemble(cw *cudaWave) error {
+	b := cw.buf
+	err := e.ex.Do(func() error {
+		if err := e.asmS.WaitEvent(b.dec); err != nil {
 			return err
 		}
-		if err := e.asmS.WaitEvent(b.dec); err != nil {
+		if err := b.asmStart.Record(e.asmS); err != nil {
 			return err
 		}
 		for _, p := range cw.live() {
@@ -68,11 +90,6 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 				return err
 			}
 		}
-		if n > 0 {
-			if err := e.asmS.CopyDtoH(b.sumHost.Bytes(), b.summary); err != nil {
-				return err
-			}
-		}
 		return b.done.Record(e.asmS)
 	})
 	if err != nil {
@@ -80,7 +97,6 @@ func (e *cudaEngine) submit(cw *cudaWave) error {
 		e.sticky.CompareAndSwap(nil, ce)
 		return ce
 	}
-	cw.submitted = true
 	return nil
 }
 

@@ -55,7 +55,7 @@ type cudaWave struct {
 	err       error         // every part's: shutdown, a CUDA error, a planning bug
 	submitted bool
 
-	// Parts whose batches found no slot free at submit (the wave's first
+	// Parts whose batches found no slot free at assembly (the wave's first
 	// part waits for one; the others must not): assembled once their
 	// slots come (assembleLate), before the wave's buffer is given back.
 	late   []*wavePart
@@ -92,9 +92,10 @@ func (e *cudaEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 	planned := make(chan *wave, 4)
 	loaded := make(chan *cudaWave, 1)
 	prepared := make(chan *cudaWave, 1)
+	decoded := make(chan *cudaWave, cudaWaveBufs)
 	submitted := make(chan *cudaWave, cudaWaveBufs)
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() {
 		defer wg.Done()
 		e.plan(ctx, reqs, planned, e.route, true)
@@ -137,16 +138,33 @@ func (e *cudaEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			}
 		}
 	}()
-	go func() {
+	go func() { // the copy and decode of each wave: no batch slot needed
+		defer wg.Done()
+		defer close(decoded)
+		for cw := range prepared {
+			if len(cw.live()) > 0 {
+				if err := e.submitDecode(cw); err != nil {
+					cw.err = err
+				}
+			}
+			select {
+			case decoded <- cw:
+			case <-ctx.Done():
+				e.recycle(cw)
+				return
+			}
+		}
+	}()
+	go func() { // the assembly of each wave into its batches' slots
 		defer wg.Done()
 		defer close(submitted)
-		for cw := range prepared {
+		for cw := range decoded {
 			if !e.takeSlots(ctx, cw) {
 				e.recycle(cw)
 				return
 			}
-			if len(cw.live()) > 0 {
-				if err := e.submit(cw); err != nil {
+			if cw.submitted && len(cw.live()) > 0 {
+				if err := e.submitAssemble(cw); err != nil {
 					cw.err = err
 				}
 			}

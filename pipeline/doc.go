@@ -42,8 +42,10 @@
 // chunks after it, in the same slab and arena (the next batch's first
 // wave is carried). The wave is read, checked, decoded and laid out as
 // one; each batch's part is assembled into its own slot and fails alone.
-// A joining batch whose slot is not free at submit is assembled late,
-// once Pop's caller gives one back (cuda_slots.go).
+// A wave is copied and decoded before its batches take their slots, so
+// decoding goes on while the consumer holds slots; a joining batch whose
+// slot is not free when its wave is assembled is assembled late, once
+// Pop's caller gives one back (cuda_slots.go).
 //
 // With Config.ChunkCacheBytes, planning looks every chunk up in the chunk
 // cache first: a hit skips read, copy and decode, its copy ops reading

@@ -17,8 +17,9 @@ type Shared struct {
 	Size   int64 // the size of the slot's memory (the whole allocation, or the file)
 
 	// CUDA engine: Mem maps the slot's allocation (cuIpcOpenMemHandle);
-	// Ready is the slot's interprocess event, recorded after the batch
-	// was assembled: the consumer's stream waits on it before reading.
+	// Ready is the slot's interprocess event, recorded by Share after the
+	// batch was assembled: the consumer's stream waits on it before
+	// reading.
 	Mem   cuda.IPCMemHandle
 	Ready cuda.IPCEventHandle
 
@@ -30,8 +31,10 @@ type Shared struct {
 }
 
 // slotShare caches a slot's Shared fields: the memfd of a host slot, set
-// when the slot is made; the IPC handles of a CUDA slot, made on the first
-// Share.
+// when the slot is made; the IPC handles of a CUDA slot and its
+// interprocess ready event, made on the first Share. Only a shared slot
+// has an interprocess event: the driver gives each process that makes one
+// a file in /dev/shm, removed only when its context is destroyed.
 type slotShare struct {
 	fd     int // host engine: the memfd behind slot.host, -1 when none
 	once   sync.Once
@@ -39,6 +42,7 @@ type slotShare struct {
 	offset int64 // CUDA engine: slot.dev within its allocation
 	size   int64
 	mem    cuda.IPCMemHandle
+	event  cuda.Event // interprocess; recorded by each Share after slot.readyEvent
 	ready  cuda.IPCEventHandle
 }
 
@@ -68,14 +72,18 @@ func (b *Batch) Share() (Shared, error) {
 	if s.share.err != nil {
 		return Shared{}, cudaError("share", s.share.err)
 	}
+	if err := s.gpu.ex.Do(s.markShared); err != nil {
+		return Shared{}, cudaError("share", err)
+	}
 	sh.Offset, sh.Size = s.share.offset, s.share.size
 	sh.Mem, sh.Ready = s.share.mem, s.share.ready
 	return sh, nil
 }
 
-// exportIPC makes a CUDA slot's IPC handles; it runs once, on the
-// engine's executor. The handle covers the whole allocation, so the
-// slot's offset in it goes along.
+// exportIPC makes a CUDA slot's IPC handles and its interprocess ready
+// event (and the engine's share stream, the first time); it runs once per
+// slot, on the engine's executor. The memory handle covers the whole
+// allocation, so the slot's offset in it goes along.
 func (s *slot) exportIPC() error {
 	p := cuda.DevicePtr(s.dev)
 	a, err := p.Attributes()
@@ -86,11 +94,31 @@ func (s *slot) exportIPC() error {
 	if err != nil {
 		return err
 	}
-	ready, err := s.readyEvent.IPCHandle()
+	e := s.gpu
+	if e.shareS == 0 {
+		if e.shareS, err = cuda.NewStream(cuda.StreamNonBlocking); err != nil {
+			return err
+		}
+	}
+	if s.share.event, err = cuda.NewEvent(cuda.EventDisableTiming | cuda.EventInterprocess); err != nil {
+		return err
+	}
+	ready, err := s.share.event.IPCHandle()
 	if err != nil {
 		return err
 	}
 	s.share.offset, s.share.size = int64(p-a.Start), int64(a.Size)
 	s.share.mem, s.share.ready = mem, ready
 	return nil
+}
+
+// markShared records the slot's interprocess ready event once the batch's
+// own ready event has passed, on the share stream (the assemble stream may
+// hold later batches' work already); it runs on the engine's executor.
+func (s *slot) markShared() error {
+	st := s.gpu.shareS
+	if err := st.WaitEvent(s.readyEvent); err != nil {
+		return err
+	}
+	return s.share.event.Record(st)
 }
