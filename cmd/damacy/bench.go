@@ -114,6 +114,8 @@ Examples:
 		engine := fs.String("engine", "", "override run.engine: auto, host, cuda or cuda:N")
 		mapped := fs.String("mapped-files", "", "override run.mapped_files: auto, off, or a size")
 		fs.BoolVar(&o.Verify, "verify", false, "check the first batch popped (a warm-up batch when there is one) against the reference reader")
+		keep := fs.Bool("keep", false, "override run.keep: keep each batch until the next one is popped, as a training loop keeps its tensor until its next step")
+		slots := fs.Int("batch-slots", 0, "override run.batch_slots (0: the scenario's)")
 		fs.DurationVar(&o.Duration, "duration", 0, "stream the measured batches for this long instead of the scenario's count, sampling memory and throughput every second")
 		return func(ctx context.Context, e *env, args []string) error {
 			if len(args) != 1 {
@@ -137,6 +139,12 @@ Examples:
 					return usagef("--mapped-files %v", err)
 				}
 				sc.Run.MappedFiles = *mapped
+			}
+			if *keep {
+				sc.Run.Keep = true
+			}
+			if *slots != 0 {
+				sc.Run.BatchSlots = *slots
 			}
 			if *ioConc != 0 {
 				if *ioConc < 1 || *ioConc > 4096 {

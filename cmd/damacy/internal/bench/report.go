@@ -28,6 +28,8 @@ type Report struct {
 	Warmup      int       `json:"warmup"`
 	Batches     int       `json:"batches"` // measured batches popped
 	HoldMS      int       `json:"hold_ms"`
+	Keep        bool      `json:"keep,omitempty"`        // run.keep: each batch kept until the next pop
+	BatchSlots  int       `json:"batch_slots,omitempty"` // run.batch_slots (0: the default)
 	ChunkCache  int64     `json:"chunk_cache,omitempty"` // the chunk cache's size (run.chunk_cache)
 
 	// Duration is --duration: the measured batches ran for this long
@@ -134,8 +136,15 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Duration > 0 {
 		length += fmt.Sprintf(" in %s (--duration)", r.Duration)
 	}
-	p("run          %s of %d x %s %s after %d warm-up; hold %d ms\n",
-		length, r.BatchSize, base.Shape(r.SampleShape), r.Dtype, r.Warmup, r.HoldMS)
+	consumer := fmt.Sprintf("hold %d ms", r.HoldMS)
+	if r.Keep {
+		consumer += ", each batch kept until the next pop"
+	}
+	if r.BatchSlots > 0 {
+		consumer += fmt.Sprintf(", %d batch slots", r.BatchSlots)
+	}
+	p("run          %s of %d x %s %s after %d warm-up; %s\n",
+		length, r.BatchSize, base.Shape(r.SampleShape), r.Dtype, r.Warmup, consumer)
 	p("startup      %s from the call to pipeline.New to the first batch popped (New %s)\n", r.Startup.Round(time.Millisecond), r.StartupNew.Round(time.Millisecond))
 	p("\n")
 	p("throughput   %.3f GB/s of %s output, %.1f samples/s, wall %s", r.OutputGBps, r.Dtype, r.SamplesPerS, r.Wall.Round(time.Millisecond))

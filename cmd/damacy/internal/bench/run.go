@@ -61,6 +61,7 @@ func pipelineConfig(sc *Scenario) pipeline.Config {
 		MaxGPUMemoryBytes: int64(r.GPUCap),
 		ChunkCacheBytes:   int64(r.ChunkCache),
 		MappedFileBytes:   mapped,
+		BatchSlots:        r.BatchSlots,
 		Device:            dev,
 	}
 }
@@ -105,7 +106,7 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 		Host:       Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
 		DatasetDir: bs.DatasetDir, Data: bs.source(), Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
 		Dtype: bs.Dtype, BatchSize: sc.Run.BatchSize, SampleShape: sc.Run.SampleShape,
-		Warmup: sc.Run.Warmup, HoldMS: sc.Run.HoldMS, ChunkCache: int64(sc.Run.ChunkCache), Duration: o.Duration,
+		Warmup: sc.Run.Warmup, HoldMS: sc.Run.HoldMS, Keep: sc.Run.Keep, BatchSlots: sc.Run.BatchSlots, ChunkCache: int64(sc.Run.ChunkCache), Duration: o.Duration,
 	}
 	st, err := stream(ctx, e, sc, bs, rep, tr, o)
 	if err != nil {
@@ -193,6 +194,12 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 	var start time.Time
 	var cpu time.Duration
 	var m *measure
+	var kept *pipeline.Batch // run.keep: the batch popped last
+	defer func() {
+		if kept != nil {
+			kept.Release()
+		}
+	}()
 	defer func() {
 		if m != nil && m.soak != nil {
 			m.soak.finish() // a run that failed: stop sampling
@@ -247,7 +254,15 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 			}
 			tr.span(traceRowHold, "batch", fmt.Sprintf("hold %d", i), th, time.Now(), map[string]any{"batch": i})
 		}
-		b.Release()
+		if sc.Run.Keep {
+			// Released once the next batch is popped.
+			if kept != nil {
+				kept.Release()
+			}
+			kept = b
+		} else {
+			b.Release()
+		}
 		prog.add(1)
 	}
 	rep.Wall, rep.CPU = time.Since(start), processCPU()-cpu

@@ -79,6 +79,11 @@ errors, and every value is checked; a message names the field at fault.
                                      in another order; the report gives
                                      each epoch's rate (0 or 1: once)
       "hold_ms": 0,                  consumer hold between pop and release
+      "keep": false,                 the consumer keeps each batch until
+                                     the next one is popped, as a training
+                                     loop keeps its tensor until its next
+                                     step (--keep)
+      "batch_slots": 0,              batch slots (0: the default)
       "engine": "auto",              auto, host, cuda or cuda:N
       "seed": 1                      box seed: same seed, same boxes
     }
@@ -128,6 +133,8 @@ type RunSpec struct {
 	HostBuffer   ByteSize `json:"host_buffer,omitempty"`
 	DeviceBuffer ByteSize `json:"device_buffer,omitempty"`
 	HoldMS       int      `json:"hold_ms,omitempty"`
+	Keep         bool     `json:"keep,omitempty"`
+	BatchSlots   int      `json:"batch_slots,omitempty"`
 	Engine       string   `json:"engine,omitempty"`
 	Seed         uint64   `json:"seed"`
 	ChunkCache   ByteSize `json:"chunk_cache,omitempty"`
