@@ -1,9 +1,10 @@
-package main
+package serve
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -63,12 +64,19 @@ func TestServeBadFrame(t *testing.T) {
 	waitGoroutines(t, before)
 }
 
-// TestServeSocket serves one client on a listening socket (--socket).
+// TestServeSocket serves one client on a listening socket (AcceptOne),
+// which removes the socket file.
 func TestServeSocket(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s")
-	var out, errb bytes.Buffer
-	code := make(chan int, 1)
-	go func() { code <- run(context.Background(), []string{"serve", "--socket", path}, &out, &errb) }()
+	done := make(chan error, 1)
+	go func() {
+		conn, err := AcceptOne(context.Background(), path)
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- Run(context.Background(), conn, Options{})
+	}()
 	var conn net.Conn
 	var err error
 	for range 200 {
@@ -84,49 +92,57 @@ func TestServeSocket(t *testing.T) {
 	defer conn.Close()
 	mustOK(t, "hello", c.call("hello", hello(hostConfig())))
 	mustOK(t, "close", c.call("close", nil))
-	if n := <-code; n != exitOK || out.Len() != 0 {
-		t.Fatalf("damacy serve --socket: exit %d, stdout %q, stderr %q", n, out.String(), errb.String())
+	if err := <-done; err != nil {
+		t.Fatalf("serve on a listening socket: %v", err)
 	}
 	if _, err := os.Stat(path); err == nil {
 		t.Error("the socket file is left behind")
 	}
 }
 
-func TestServeUsage(t *testing.T) {
-	for _, tt := range []struct {
-		args []string
-		code int
-		want string
-	}{
-		{[]string{"serve"}, exitUsage, "want one of --fd and --socket"},
-		{[]string{"serve", "--fd", "3", "--socket", "x"}, exitUsage, "want one of --fd and --socket"},
-		{[]string{"serve", "--fd", "3", "extra"}, exitUsage, "takes no arguments"},
-		{[]string{"serve", "--fd", "x"}, exitUsage, "invalid value"},
-		{[]string{"serve", "--fd", "987"}, exitError, "--fd 987"},
-	} {
-		code, out, errs := runCmd(t, tt.args...)
-		if code != tt.code || out != "" || !strings.Contains(errs, tt.want) {
-			t.Errorf("damacy %s = exit %d, stdout %q, stderr %q; want exit %d, stderr containing %q",
-				strings.Join(tt.args, " "), code, out, errs, tt.code, tt.want)
-		}
+// TestAcceptOneCancel: AcceptOne returns ctx's cause when ctx ends first.
+func TestAcceptOneCancel(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stop := errors.New("stop")
+	time.AfterFunc(50*time.Millisecond, func() { cancel(stop) })
+	if _, err := AcceptOne(ctx, filepath.Join(t.TempDir(), "s")); !errors.Is(err, stop) {
+		t.Fatalf("AcceptOne after cancel: %v, want the cause", err)
 	}
-	out, _ := mustRun(t, "help", "serve")
-	for _, want := range []string{"--fd", "--socket", "PROTOCOL.md", "SIGTERM"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("damacy help serve does not mention %s:\n%s", want, out)
-		}
+}
+
+// TestInheritedConn refuses a descriptor that is not a Unix socket.
+func TestInheritedConn(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := InheritedConn(int(f.Fd())); err == nil {
+		t.Fatal("InheritedConn of a file: no error")
+	}
+	if _, err := InheritedConn(987); err == nil || !strings.Contains(err.Error(), "--fd 987") {
+		t.Fatalf("InheritedConn(987): %v, want an error naming --fd 987", err)
 	}
 }
 
 // serveChildEnv makes TestServeChild run `damacy serve --fd 3`.
 const serveChildEnv = "DAMACY_TEST_SERVE_CHILD"
 
-// TestServeChild is the server process of TestServeExec.
+// TestServeChild is the server process of TestServeExec: what `damacy
+// serve --fd 3` runs.
 func TestServeChild(t *testing.T) {
 	if os.Getenv(serveChildEnv) == "" {
 		t.Skip("runs only as TestServeExec's child process")
 	}
-	os.Exit(run(context.Background(), []string{"serve", "--fd", "3"}, os.Stdout, os.Stderr))
+	conn, err := InheritedConn(3)
+	if err == nil {
+		err = Run(context.Background(), conn, Options{})
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "damacy serve: error: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 // TestServeExec runs the server as its own process on an inherited socket

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bytes"
@@ -182,7 +182,7 @@ func TestServeCUDA(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- serve(context.Background(), sc.(*net.UnixConn)) }()
+	go func() { done <- Run(context.Background(), sc.(*net.UnixConn), Options{}) }()
 	cf, err := client.File()
 	if err != nil {
 		t.Fatal(err)

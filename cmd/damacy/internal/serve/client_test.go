@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -82,7 +82,7 @@ func startServe(t *testing.T) (*protoClient, <-chan error) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- serve(context.Background(), sc.(*net.UnixConn)) }()
+	go func() { done <- Run(context.Background(), sc.(*net.UnixConn), Options{}) }()
 	c := &protoClient{t: t, conn: client, early: map[int64]*protoMsg{}}
 	t.Cleanup(func() { c.conn.Close() })
 	return c, done
