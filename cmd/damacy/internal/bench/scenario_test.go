@@ -121,7 +121,7 @@ func TestBuiltinScenarios(t *testing.T) {
 		Dataset: DatasetSpec{Arrays: 16, Shape: []int64{512, 512, 512}, Chunk: []int64{32, 64, 64}, Shard: []int64{256, 256, 512},
 			Dtype: NameList{"uint16"}, Codec: NameList{"zstd"}, Level: 3, Entropy: 0.5, Seed: 1},
 		Run: RunSpec{BatchSize: 128, SampleShape: []int64{128, 128, 128}, Batches: 100, Warmup: 10, Dtype: "f32",
-			Lookahead: 4, IOThreads: 16, GPUCap: 6 << 30, Engine: "auto", Seed: 1},
+			Lookahead: 4, IOThreads: 16, GPUCap: 8 << 30, Engine: "auto", Seed: 1},
 	}
 	if diff := cmp.Diff(wantTP, *tp, cmp.AllowUnexported(Scenario{})); diff != "" {
 		t.Errorf("throughput scenario (-want +got):\n%s", diff)
