@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Sentinel errors. Every error the pipeline returns is an *Error whose Kind
@@ -35,16 +37,95 @@ type Error struct {
 	Err  error  // the underlying cause, if any
 }
 
+// Error returns "pipeline: OP URI: KIND: CAUSE", saying each thing once.
+// The cause is Err's message less what the rest already says: another
+// package's prefix ("zarr", "remote"), the URI itself, an operation on the
+// URI or on a key said before ("stat URI", "open KEY"), the kind, and a
+// segment that an earlier one holds (a wrapper that names the chunk and
+// offset, then the chunk's own error naming them again). Paths below the URI are named relative to it. The
+// URI is left out of the head when the operation or the cause names it
+// (a sample "URI[box]").
 func (e *Error) Error() string {
 	msg := "pipeline: " + e.Op
-	if e.URI != "" {
+	cause := e.cause()
+	if e.URI != "" && !hasWords(e.Op, e.URI) && !hasWords(cause, e.URI) {
 		msg += " " + e.URI
 	}
 	msg += ": " + e.Kind.Error()
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+	if cause != "" {
+		msg += ": " + cause
 	}
 	return msg
+}
+
+// cause is the text of Err that Error shows.
+func (e *Error) cause() string {
+	if e.Err == nil {
+		return ""
+	}
+	said := []string{e.Op, e.Kind.Error()}
+	var kept []string
+	for _, seg := range strings.Split(e.Err.Error(), ": ") {
+		if e.URI != "" {
+			seg = below(seg, e.URI)
+		}
+		switch {
+		case seg == "zarr" || seg == "remote" || seg == "pipeline":
+		case e.URI != "" && seg == e.URI, onSaid(seg, e.URI, kept):
+		case slices.ContainsFunc(said, func(s string) bool { return hasWords(s, seg) }):
+		default:
+			kept = append(kept, seg)
+			said = append(said, seg)
+		}
+	}
+	return strings.Join(kept, ": ")
+}
+
+// below returns s with each path below uri ("URI/c/0/0") made relative to
+// it ("c/0/0").
+func below(s, uri string) string {
+	prefix := strings.TrimSuffix(uri, "/") + "/"
+	for i := 0; ; {
+		j := strings.Index(s[i:], prefix)
+		if j < 0 {
+			return s
+		}
+		at := i + j
+		if at == 0 || !wordByte(s[at-1]) {
+			s = s[:at] + s[at+len(prefix):]
+		}
+		i = at + 1
+	}
+}
+
+// onSaid reports whether seg is an operation on the URI or on what an
+// earlier segment names: one word, then that name ("stat /data/x.zarr",
+// "open c/0/0").
+func onSaid(seg, uri string, said []string) bool {
+	op, name, ok := strings.Cut(seg, " ")
+	if !ok || op == "" || strings.Contains(op, ":") {
+		return false
+	}
+	return uri != "" && name == uri || slices.Contains(said, name)
+}
+
+// hasWords reports whether s holds w, not inside a longer word or path.
+func hasWords(s, w string) bool {
+	for i := 0; ; {
+		j := strings.Index(s[i:], w)
+		if j < 0 {
+			return false
+		}
+		at, end := i+j, i+j+len(w)
+		if (at == 0 || !wordByte(s[at-1])) && (end == len(s) || !wordByte(s[end])) {
+			return true
+		}
+		i = at + 1
+	}
+}
+
+func wordByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '/' || c == '-'
 }
 
 // Unwrap returns both the kind and the cause, so errors.Is matches either.

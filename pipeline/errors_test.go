@@ -3,9 +3,12 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // sentinels are the kinds errors.go documents.
@@ -24,6 +27,8 @@ func checkError(t *testing.T, what string, err error, want ...error) {
 		t.Errorf("%s: %T %v, want an *Error", what, err, err)
 	case !slices.Contains(sentinels, e.Kind):
 		t.Errorf("%s: %v: kind %v is not a sentinel of errors.go", what, err, e.Kind)
+	default:
+		zarrtest.CheckMessage(t, what, err, e.URI)
 	}
 	for _, w := range want {
 		if !errors.Is(err, w) {
@@ -92,5 +97,44 @@ func TestEmitTypesContextErrors(t *testing.T) {
 	bs.emit(context.Background(), out)
 	if err := (<-out).err; err != decode {
 		t.Fatalf("emit changed a typed error: %v, want %v", err, decode)
+	}
+}
+
+// errorTexts are Errors and their messages: the cause less what the head
+// says already.
+var errorTexts = []struct {
+	err  *Error
+	want string
+}{
+	{&Error{Op: "pop", Kind: ErrShutdown}, "pipeline: pop: pipeline shut down"},
+	{&Error{Op: "open", Kind: ErrNotFound, URI: "/d/x.zarr",
+		Err: errors.New("zarr: /d/x.zarr: not found: zarr: store root: stat /d/x.zarr: no such file or directory")},
+		"pipeline: open /d/x.zarr: not found: store root: no such file or directory"},
+	{&Error{Op: "read", Kind: ErrStorage, URI: "/d/x.zarr", Err: errors.New("c/0/0: zarr: open /d/x.zarr/c/0/0: permission denied")},
+		"pipeline: read /d/x.zarr: storage error: c/0/0: permission denied"},
+	{&Error{Op: "decode", Kind: ErrDecode, URI: "/d/x.zarr", Err: errors.New("chunk c/1/1 at offset 0 (137 bytes): zarr: c/1/1: offset 0: zstd: bad")},
+		"pipeline: decode /d/x.zarr: decode error: chunk c/1/1 at offset 0 (137 bytes): zstd: bad"},
+	// The URI inside the op or the cause leaves the head.
+	{&Error{Op: "plan (sample 2: /d/x.zarr[0:4])", Kind: ErrRank, URI: "/d/x.zarr", Err: errors.New("box rank 1, array rank 3")},
+		"pipeline: plan (sample 2: /d/x.zarr[0:4]): rank mismatch: box rank 1, array rank 3"},
+	{&Error{Op: "push", Kind: ErrInvalid, URI: "/d/x.zarr", Err: errors.New("sample /d/x.zarr[0:4]: axis 0 is empty")},
+		"pipeline: push: invalid argument: sample /d/x.zarr[0:4]: axis 0 is empty"},
+	// A longer name that starts like the URI is another object.
+	{&Error{Op: "read", Kind: ErrStorage, URI: "/d/x", Err: errors.New("zarr: /d/x.zarr/c/0: not a regular file")},
+		"pipeline: read /d/x: storage error: /d/x.zarr/c/0: not a regular file"},
+	{&Error{Op: "read", Kind: ErrStorage, URI: "x.zarr", Err: errors.New("zarr: open /d/x.zarr/c/0: permission denied")},
+		"pipeline: read x.zarr: storage error: open /d/x.zarr/c/0: permission denied"},
+	{&Error{Op: "read", Kind: ErrStorage, URI: "http://h:9/b/x.zarr",
+		Err: errors.New("remote: GET http://h:9/b/x.zarr/c/1/0/0: 403 Forbidden (AccessDenied): denied")},
+		"pipeline: read http://h:9/b/x.zarr: storage error: GET c/1/0/0: 403 Forbidden (AccessDenied): denied"},
+	{&Error{Op: "pop", Kind: ErrCanceled, Err: fmt.Errorf("%w: %w", context.Canceled, errors.New("the consumer went away"))},
+		"pipeline: pop: canceled: context canceled: the consumer went away"},
+}
+
+func TestErrorText(t *testing.T) {
+	for _, tt := range errorTexts {
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("Error{%q, %v, %q, %q}.Error() =\n%q; want\n%q", tt.err.Op, tt.err.Kind, tt.err.URI, tt.err.Err, got, tt.want)
+		}
 	}
 }

@@ -231,6 +231,7 @@ func TestRemoteFaults(t *testing.T) {
 		if !errors.Is(err, ErrStorage) || !errors.As(err, &pe) || pe.URI != uri || !strings.Contains(err.Error(), "403") {
 			t.Fatalf("err = %v, want ErrStorage naming %s with the 403", err, uri)
 		}
+		zarrtest.CheckMessage(t, "a batch of a forbidden shard", err, uri, "c/1/0/0")
 		if n := srv.Count("zstd-end/c/1/0/0"); n != 1 {
 			t.Errorf("%d requests for the forbidden shard, want 1: %q", n, srv.Requests())
 		}
@@ -261,6 +262,10 @@ func TestRemoteFaults(t *testing.T) {
 		_, _, err := runBatches(t, c, rebase(samples[:6], dir, srv.URL))
 		if !errors.Is(err, ErrStorage) || !strings.Contains(err.Error(), "deadline") {
 			t.Fatalf("err = %v, want ErrStorage saying the deadline passed", err)
+		}
+		var pe *Error
+		if errors.As(err, &pe) {
+			zarrtest.CheckMessage(t, "a batch of a stalled server", err, pe.URI)
 		}
 		if d := time.Since(t0); d > 20*time.Second {
 			t.Errorf("took %v", d)

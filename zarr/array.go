@@ -21,21 +21,11 @@ type Array struct {
 // Open opens the array stored in the local directory path, zarr v3
 // (zarr.json) or v2 (.zarray).
 func Open(path string) (*Array, error) {
-	s, err := openDir(path)
+	s, err := NewDirStore(path)
 	if err != nil {
 		return nil, err
 	}
 	return OpenStore(s, "")
-}
-
-// openDir opens a local directory as a store; a missing directory is
-// ErrNotFound.
-func openDir(path string) (*DirStore, error) {
-	s, err := NewDirStore(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("zarr: %s: %w: %w", path, ErrNotFound, err)
-	}
-	return s, err
 }
 
 // OpenStore opens the array at path ("" for the root) in s. It reads
@@ -110,7 +100,7 @@ func (k NodeKind) String() string {
 // metadata: an array, an OME-NGFF multiscale group, or another group.
 // It fails with ErrNotFound when path holds no zarr node.
 func Inspect(path string) (NodeKind, error) {
-	s, err := openDir(path)
+	s, err := NewDirStore(path)
 	if err != nil {
 		return 0, err
 	}
@@ -196,8 +186,11 @@ func readNode(s Store, p string) (*node, error) {
 		}
 	}
 	where := p
-	if where == "" {
-		where = "root"
+	if d, ok := s.(*DirStore); ok && p == "" {
+		where = d.Root()
+	}
+	if where == "" { // the root of a store the caller names
+		return nil, fmt.Errorf("zarr: %w: no zarr.json, .zarray or .zgroup", ErrNotFound)
 	}
 	return nil, fmt.Errorf("zarr: %s: %w: no zarr.json, .zarray or .zgroup", where, ErrNotFound)
 }

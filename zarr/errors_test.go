@@ -3,11 +3,17 @@ package zarr
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // corruptCase builds a store holding one array named "a" whose data is
@@ -258,6 +264,7 @@ func checkErr(t *testing.T, op string, err, want error, key, detail string) {
 	if !strings.HasPrefix(msg, "zarr: ") || !strings.Contains(msg, key) || !strings.Contains(msg, detail) {
 		t.Errorf("%s: message %q should start with \"zarr: \" and name %q and %q", op, msg, key, detail)
 	}
+	zarrtest.CheckMessage(t, op, err, key)
 	// Stored data at fault is a *FormatError; metadata a *MetadataError.
 	var fe *FormatError
 	var me *MetadataError
@@ -284,6 +291,54 @@ func TestPathErrors(t *testing.T) {
 	}
 	if _, err := Open(t.TempDir()); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Open(empty directory) = %v; want ErrNotFound", err)
+	}
+}
+
+// TestOpenMessages checks the errors of opening a local path that holds
+// no zarr node: the kind, the *fs.PathError beneath, and a message that
+// names the path once and says each thing once.
+func TestOpenMessages(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path     string
+		notFound bool // errors.Is ErrNotFound
+		notExist bool // errors.Is fs.ErrNotExist, with an *fs.PathError beneath
+		want     string
+	}{
+		{filepath.Join(dir, "missing"), true, true, filepath.Join(dir, "missing") + ": not found: no such file or directory"},
+		{dir, true, false, dir + ": not found: no zarr.json, .zarray or .zgroup"},
+		{file, false, false, file + ": not a directory"},
+	}
+	opens := []struct {
+		name string
+		open func(string) error
+	}{
+		{"Open", func(p string) error { _, err := Open(p); return err }},
+		{"OpenNGFF", func(p string) error { _, err := OpenNGFF(p); return err }},
+		{"Inspect", func(p string) error { _, err := Inspect(p); return err }},
+	}
+	for _, tt := range tests {
+		for _, o := range opens {
+			err := o.open(tt.path)
+			what := fmt.Sprintf("%s(%q)", o.name, tt.path)
+			var pe *fs.PathError
+			switch {
+			case err == nil:
+				t.Errorf("%s succeeded", what)
+				continue
+			case errors.Is(err, ErrNotFound) != tt.notFound:
+				t.Errorf("%s = %v; errors.Is(err, ErrNotFound) = %v, want %v", what, err, !tt.notFound, tt.notFound)
+			case tt.notExist && (!errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe)):
+				t.Errorf("%s = %v; want fs.ErrNotExist from an *fs.PathError", what, err)
+			case err.Error() != "zarr: "+tt.want:
+				t.Errorf("%s = %q; want %q", what, err, "zarr: "+tt.want)
+			}
+			zarrtest.CheckMessage(t, what, err, tt.path)
+		}
 	}
 }
 

@@ -41,7 +41,7 @@ type Level struct {
 
 // OpenNGFF opens the OME-NGFF image in the local directory path.
 func OpenNGFF(path string) (*Multiscale, error) {
-	s, err := openDir(path)
+	s, err := NewDirStore(path)
 	if err != nil {
 		return nil, err
 	}

@@ -119,21 +119,41 @@ type DirStore struct {
 }
 
 // NewDirStore returns a store rooted at the directory root, which must
-// exist.
+// exist: a missing root is ErrNotFound (and fs.ErrNotExist).
 func NewDirStore(root string) (*DirStore, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
-		return nil, fmt.Errorf("zarr: store root %s: %w", root, err)
+		return nil, fmt.Errorf("zarr: %s: %w", root, err)
 	}
 	fi, err := os.Stat(abs)
-	if err != nil {
-		return nil, fmt.Errorf("zarr: store root: %w", err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("zarr: store root %s: not a directory", abs)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("zarr: %s: %w: %w", root, ErrNotFound, bare(err))
+	case err != nil:
+		return nil, fmt.Errorf("zarr: %s: %w", root, bare(err))
+	case !fi.IsDir():
+		return nil, fmt.Errorf("zarr: %s: not a directory", root)
 	}
 	return &DirStore{root: abs}, nil
 }
+
+// bare returns err, an *fs.PathError, as an error whose message leaves out
+// the operation and path (for a message that names the path already) and
+// which unwraps to err; other errors come back unchanged.
+func bare(err error) error {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	return &pathCause{pe}
+}
+
+// pathCause is an *fs.PathError that reads as its cause alone.
+type pathCause struct{ pe *fs.PathError }
+
+func (c *pathCause) Error() string { return c.pe.Err.Error() }
+
+func (c *pathCause) Unwrap() error { return c.pe }
 
 // Root returns the store's root directory, absolute and cleaned.
 func (d *DirStore) Root() string { return d.root }

@@ -22,9 +22,7 @@ package remote
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -253,8 +251,7 @@ var uriScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
 // first Open of that scheme; the store's own requests do not use it.
 func (o *Opener) Open(ctx context.Context, uri string) (zarr.Store, string, error) {
 	if !IsURI(uri) {
-		s, err := openDir(uri)
-		return s, "", err
+		return openDir(uri)
 	}
 	u, err := url.Parse(uri)
 	if err != nil {
@@ -265,8 +262,7 @@ func (o *Opener) Open(ctx context.Context, uri string) (zarr.Store, string, erro
 		if u.Host != "" && u.Host != "localhost" {
 			return nil, "", fmt.Errorf("remote: %s: a file URI names a local path (file:///path), not host %q", uri, u.Host)
 		}
-		s, err := openDir(u.Path)
-		return s, "", err
+		return openDir(u.Path)
 	}
 	if o.ctx.Err() != nil {
 		return nil, "", fmt.Errorf("remote: %s: %w", uri, errClosed)
@@ -300,8 +296,8 @@ func (o *Opener) Open(ctx context.Context, uri string) (zarr.Store, string, erro
 	}
 	path := strings.Trim(u.Path, "/")
 	if path != "" {
-		if err := zarr.ValidateKey(path); err != nil {
-			return nil, "", fmt.Errorf("remote: %s: %w", uri, err)
+		if zarr.ValidateKey(path) != nil {
+			return nil, "", fmt.Errorf("remote: %s: %w: a path must have no empty, \".\" or \"..\" segments, backslashes or NUL bytes", uri, zarr.ErrInvalidKey)
 		}
 	}
 	o.mu.Lock()
@@ -318,14 +314,14 @@ func (o *Opener) Open(ctx context.Context, uri string) (zarr.Store, string, erro
 	return s, path, nil
 }
 
-// openDir opens a local directory as a store; a missing directory is
-// zarr.ErrNotFound, as zarr.Open says.
-func openDir(path string) (*zarr.DirStore, error) {
+// openDir opens a local directory as a store, path ""; a missing directory
+// is zarr.ErrNotFound, as zarr.NewDirStore says.
+func openDir(path string) (zarr.Store, string, error) {
 	s, err := zarr.NewDirStore(filepath.FromSlash(path))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("zarr: %s: %w: %w", path, zarr.ErrNotFound, err)
+	if err != nil {
+		return nil, "", err
 	}
-	return s, err
+	return s, "", nil
 }
 
 // envFlag reports whether the environment variable name is set to a true

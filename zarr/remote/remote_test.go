@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"math"
@@ -19,6 +20,7 @@ import (
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/remote"
 	"github.com/damacy-go/damacy/zarr/remote/remotetest"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // testObjects writes a few objects below a temporary directory: "d/a" of
@@ -238,6 +240,9 @@ func TestOpenURIs(t *testing.T) {
 		case tt.err == "" && (err != nil || path != tt.path || st == nil):
 			t.Errorf("Open(%q) = %T, %q, %v; want path %q", tt.uri, st, path, err, tt.path)
 		}
+		if tt.err != "" {
+			zarrtest.CheckMessage(t, fmt.Sprintf("Open(%q)", tt.uri), err, tt.uri)
+		}
 	}
 	// A store names its server, without credentials or query.
 	for uri, want := range map[string]string{
@@ -326,6 +331,7 @@ func TestFaults(t *testing.T) {
 			if !errors.As(err, &re) || re.Status != 503 || re.Attempts != 4 || !strings.Contains(err.Error(), "/d/a") {
 				t.Fatalf("err = %v, want a 503 *Error after 4 attempts naming the object", err)
 			}
+			zarrtest.CheckMessage(t, "ReadAt", err, srv.URL+"/d/a")
 			if n := srv.Count("/d/a"); n != 4 {
 				t.Errorf("%d requests, want 4", n)
 			}
@@ -372,6 +378,7 @@ func TestFaults(t *testing.T) {
 				if !errors.Is(err, fs.ErrPermission) || !errors.As(err, &re) || re.Status != 403 || (re.Code != "AccessDenied" && re.Method != "HEAD") || !strings.Contains(err.Error(), srv.URL+"/d/a") {
 					t.Errorf("err = %v, want a 403 *Error naming the URI, matching fs.ErrPermission", err)
 				}
+				zarrtest.CheckMessage(t, "a read of a forbidden object", err, srv.URL+"/d/a")
 			}
 			if n := srv.Count("/d/a"); n != 3 {
 				t.Errorf("%d requests for 3 reads, want 3 (no retries): %q", n, srv.Requests())
@@ -421,6 +428,7 @@ func TestDeadline(t *testing.T) {
 	if !errors.As(err, &re) || re.Attempts != 2 || !strings.Contains(err.Error(), "deadline") {
 		t.Fatalf("err = %v, want a deadline *Error after 2 attempts", err)
 	}
+	zarrtest.CheckMessage(t, "ReadAt", err, srv.URL+"/d/a")
 	// A caller's context ending is final: no retry.
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -453,9 +461,11 @@ func TestCloseAborts(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not abort the read")
 	}
-	if _, err := st.Size("d/a"); err == nil || !strings.Contains(err.Error(), "closed") {
+	_, err := st.Size("d/a")
+	if err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Errorf("after Close: %v", err)
 	}
+	zarrtest.CheckMessage(t, "Size after Close", err, srv.URL+"/d/a")
 }
 
 // TestConcurrencyBound: Options.Concurrency bounds the requests in flight.

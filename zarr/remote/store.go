@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -573,6 +574,7 @@ func retryableStatus(status int, code string) bool {
 // bodies cut short and other network failures are retried; certificate
 // and name-resolution failures are not.
 func (s *Store) transportFailure(ctx, actx context.Context, method, key string, err error) (bool, error) {
+	err = bareURL(err)
 	e := &Error{Method: method, URI: s.URI(key), Err: err}
 	if ctx.Err() != nil {
 		e.Err = ctx.Err()
@@ -597,6 +599,26 @@ func (s *Store) transportFailure(ctx, actx context.Context, method, key string, 
 	}
 	return true, e
 }
+
+// bareURL returns err, an HTTP client's *url.Error, as an error whose
+// message is its cause alone and which unwraps to err: the Error around
+// it names the method and the object (without the query string or
+// password, which the *url.Error's text may hold). Other errors come back
+// unchanged.
+func bareURL(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return &urlCause{ue}
+}
+
+// urlCause is a *url.Error that reads as its cause alone.
+type urlCause struct{ ue *url.Error }
+
+func (c *urlCause) Error() string { return c.ue.Err.Error() }
+
+func (c *urlCause) Unwrap() error { return c.ue }
 
 // contentRange is a parsed Content-Range: bytes first-last/total (total
 // -1 for "*"), or bytes */total for a 416 (first and last -1).
