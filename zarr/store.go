@@ -138,8 +138,8 @@ func NewDirStore(root string) (*DirStore, error) {
 }
 
 // bare returns err, an *fs.PathError, as an error whose message leaves out
-// the operation and path (for a message that names the path already) and
-// which unwraps to err; other errors come back unchanged.
+// the operation and path (for a message that names the path or the key
+// already) and which unwraps to err; other errors come back unchanged.
 func bare(err error) error {
 	var pe *fs.PathError
 	if !errors.As(err, &pe) {
@@ -181,12 +181,12 @@ func (d *DirStore) ReadAt(key string, p []byte, off int64) (int, error) {
 	}
 	f, err := os.Open(name)
 	if err != nil {
-		return 0, fmt.Errorf("zarr: %w", err)
+		return 0, fmt.Errorf("zarr: %s: %w", key, bare(err))
 	}
 	defer f.Close()
 	n, err := f.ReadAt(p, off)
 	if err != nil && err != io.EOF {
-		err = fmt.Errorf("zarr: %w", err)
+		err = fmt.Errorf("zarr: read %s: %w", key, bare(err))
 	}
 	return n, err
 }
@@ -200,10 +200,10 @@ func (d *DirStore) Size(key string) (int64, error) {
 	}
 	fi, err := os.Stat(name)
 	if err != nil {
-		return 0, fmt.Errorf("zarr: %w", err)
+		return 0, fmt.Errorf("zarr: %s: %w", key, bare(err))
 	}
 	if !fi.Mode().IsRegular() {
-		return 0, fmt.Errorf("zarr: %s: not a regular file", name)
+		return 0, fmt.Errorf("zarr: %s: not a regular file", key)
 	}
 	return fi.Size(), nil
 }
@@ -224,7 +224,7 @@ func (s fsStore) ReadAt(key string, p []byte, off int64) (int, error) {
 	}
 	f, err := s.fsys.Open(key)
 	if err != nil {
-		return 0, fmt.Errorf("zarr: %w", err)
+		return 0, fmt.Errorf("zarr: %s: %w", key, bare(err))
 	}
 	defer f.Close()
 	var n int
@@ -246,7 +246,7 @@ func (s fsStore) ReadAt(key string, p []byte, off int64) (int, error) {
 	case err == io.EOF:
 		err = nil
 	case err != nil:
-		err = fmt.Errorf("zarr: read %s: %w", key, err)
+		err = fmt.Errorf("zarr: read %s: %w", key, bare(err))
 	}
 	return n, err
 }
@@ -257,7 +257,7 @@ func (s fsStore) Size(key string) (int64, error) {
 	}
 	fi, err := fs.Stat(s.fsys, key)
 	if err != nil {
-		return 0, fmt.Errorf("zarr: %w", err)
+		return 0, fmt.Errorf("zarr: %s: %w", key, bare(err))
 	}
 	if !fi.Mode().IsRegular() {
 		return 0, fmt.Errorf("zarr: %s: not a regular file", key)
