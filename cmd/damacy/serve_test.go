@@ -25,6 +25,7 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"serve", "--fd", "3", "extra"}, exitUsage, "takes no arguments"},
 		{[]string{"serve", "--fd", "x"}, exitUsage, "invalid value"},
 		{[]string{"serve", "--fd", "987"}, exitError, "--fd 987"},
+		{[]string{"serve", "--fd", "3", "--parent-pid", "-1"}, exitUsage, "--parent-pid -1"},
 	} {
 		code, out, errs := runCmd(t, tt.args...)
 		if code != tt.code || out != "" || !strings.Contains(errs, tt.want) {
@@ -33,7 +34,7 @@ func TestServeUsage(t *testing.T) {
 		}
 	}
 	out, _ := mustRun(t, "help", "serve")
-	for _, want := range []string{"--fd", "--socket", "PROTOCOL.md", "SIGTERM"} {
+	for _, want := range []string{"--fd", "--socket", "--parent-pid", "PROTOCOL.md", "SIGTERM", "/dev/shm"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("damacy help serve does not mention %s:\n%s", want, out)
 		}
@@ -91,7 +92,7 @@ func TestServeSocket(t *testing.T) {
 		}
 	}
 	cfg := map[string]any{"batch_size": 2, "host_buffer_bytes": 1 << 20, "device_buffer_bytes": 1 << 20, "max_chunk_uncompressed_bytes": 1 << 16}
-	if r := call(map[string]any{"id": 0, "op": "hello", "version": 1, "config": cfg, "device": map[string]any{"kind": "cpu"}}); r["engine"] != "host" {
+	if r := call(map[string]any{"id": 0, "op": "hello", "version": 2, "config": cfg, "device": map[string]any{"kind": "cpu"}}); r["engine"] != "host" {
 		t.Errorf("hello: %v", r)
 	}
 	call(map[string]any{"id": 1, "op": "close"})

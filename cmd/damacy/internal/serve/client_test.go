@@ -4,12 +4,19 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,29 +35,33 @@ type protoClient struct {
 	nextID int64
 	early  map[int64]*protoMsg // responses read while waiting for another
 	logs   []*protoMsg
+	odd    []*protoMsg // responses whose id is not an integer
 }
 
 // protoMsg is any server frame.
 type protoMsg struct {
-	ID       *int64         `json:"id"`
-	OK       bool           `json:"ok"`
-	Error    *errorMsg      `json:"error"`
-	Op       string         `json:"op"`
-	Level    int            `json:"level"`
-	Msg      string         `json:"msg"`
-	Attrs    map[string]any `json:"attrs"`
-	Version  int            `json:"version"`
-	Server   string         `json:"server"`
-	Engine   string         `json:"engine"`
-	Decoder  string         `json:"decoder"`
-	Device   map[string]any `json:"device"`
-	Slots    int            `json:"slots"`
-	PID      int            `json:"pid"`
-	Accepted int            `json:"accepted"`
-	Pending  bool           `json:"pending"`
-	Stats    *statsMsg      `json:"stats"`
-	Batch    *batchMsg      `json:"batch"`
-	FDs      int            `json:"fds"`
+	RawID    json.RawMessage `json:"id"`
+	ID       *int64          `json:"-"` // RawID when it is an integer
+	OK       bool            `json:"ok"`
+	Error    *errorMsg       `json:"error"`
+	Op       string          `json:"op"`
+	Status   string          `json:"status"` // closing
+	Reason   string          `json:"reason"` // closing
+	Level    int             `json:"level"`
+	Msg      string          `json:"msg"`
+	Attrs    map[string]any  `json:"attrs"`
+	Version  int             `json:"version"`
+	Server   string          `json:"server"`
+	Engine   string          `json:"engine"`
+	Decoder  string          `json:"decoder"`
+	Device   map[string]any  `json:"device"`
+	Slots    int             `json:"slots"`
+	PID      int             `json:"pid"`
+	Accepted int             `json:"accepted"`
+	Pending  bool            `json:"pending"`
+	Stats    *statsMsg       `json:"stats"`
+	Batch    *batchMsg       `json:"batch"`
+	FDs      int             `json:"fds"`
 
 	fds []int // descriptors that came with the frame
 }
@@ -95,10 +106,13 @@ func (c *protoClient) send(m map[string]any) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if _, err := c.conn.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(b)))); err != nil {
-		c.t.Fatal(err)
-	}
-	if _, err := c.conn.Write(b); err != nil {
+	c.sendRaw(b)
+}
+
+// sendRaw writes one frame of payload b.
+func (c *protoClient) sendRaw(b []byte) {
+	c.t.Helper()
+	if _, err := c.conn.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -122,15 +136,29 @@ func (c *protoClient) fill() error {
 			c.fds = append(c.fds, fds...)
 		}
 	}
-	c.buf = append(c.buf, b[:n]...)
-	if n == 0 && err == nil {
-		return fmt.Errorf("empty read")
+	if n > 0 {
+		c.buf = append(c.buf, b[:n]...)
+	}
+	if n == 0 && oobn == 0 && err == nil {
+		return io.EOF // recvmsg's 0: the server closed its end
 	}
 	return err
 }
 
-// read returns the next frame.
+// read returns the next frame but responses to ids that are not
+// integers, which it keeps in odd.
 func (c *protoClient) read() (*protoMsg, error) {
+	for {
+		m, err := c.readAny()
+		if err != nil || m.ID != nil || len(m.RawID) == 0 {
+			return m, err
+		}
+		c.odd = append(c.odd, m)
+	}
+}
+
+// readAny returns the next frame.
+func (c *protoClient) readAny() (*protoMsg, error) {
 	for len(c.buf) < 4 {
 		if err := c.fill(); err != nil {
 			return nil, err
@@ -150,6 +178,9 @@ func (c *protoClient) read() (*protoMsg, error) {
 		return nil, err
 	}
 	c.buf = c.buf[4+n:]
+	if id, err := strconv.ParseInt(string(m.RawID), 10, 64); err == nil && id >= 0 {
+		m.ID = &id
+	}
 	if m.FDs > 0 {
 		if len(c.fds) < m.FDs {
 			return nil, fmt.Errorf("frame says %d fds, %d arrived", m.FDs, len(c.fds))
@@ -179,6 +210,33 @@ func (c *protoClient) wait(id int64) *protoMsg {
 			c.t.Fatalf("a frame with no id that is not a log: %+v", m)
 		default:
 			c.early[*m.ID] = m
+		}
+	}
+}
+
+// closing reads frames up to the closing message, which must be the last:
+// the stream ends after it. Responses and logs read meanwhile are kept.
+func (c *protoClient) closing() *protoMsg {
+	c.t.Helper()
+	for {
+		m, err := c.read()
+		if err != nil {
+			c.t.Fatalf("waiting for the closing message: %v", err)
+		}
+		switch {
+		case m.ID != nil:
+			c.early[*m.ID] = m
+		case m.Op == "log":
+			c.logs = append(c.logs, m)
+		case m.Op == "closing":
+			if m2, err := c.read(); err == nil {
+				c.t.Fatalf("a frame after closing: %+v", m2)
+			} else if !errors.Is(err, io.EOF) {
+				c.t.Fatalf("after closing: %v, want the end of the stream", err)
+			}
+			return m
+		default:
+			c.t.Fatalf("an unknown frame: %+v", m)
 		}
 	}
 }
@@ -235,6 +293,30 @@ func wantError(t testing.TB, op string, m *protoMsg, status string) *errorMsg {
 		t.Fatalf("%s: %+v (error %+v), want status %s", op, m, m.Error, status)
 	}
 	return m.Error
+}
+
+// stallStore serves dir over HTTP: metadata at once, every other object
+// (the shards) only once unblock has been called or the request is
+// cancelled, so that a pop of its samples blocks. It returns the server's
+// URL.
+func stallStore(t testing.TB, dir string) (url string, unblock func()) {
+	t.Helper()
+	release := make(chan struct{})
+	unblock = sync.OnceFunc(func() { close(release) })
+	files := http.FileServer(http.Dir(dir))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "zarr.json") {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		files.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(unblock) // before srv.Close, which waits for the handlers
+	return srv.URL, unblock
 }
 
 // testArray writes a sharded zstd uint16 array of noisy data.

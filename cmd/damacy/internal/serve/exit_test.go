@@ -1,14 +1,13 @@
 package serve
 
 import (
-	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -21,8 +20,10 @@ import (
 // batch and a pop is blocked: serve returns nil, having closed the
 // pipeline, released the batch and left no goroutine or descriptor open.
 func TestServeClientEOF(t *testing.T) {
+	dir := t.TempDir()
+	path, arr := testArray(t, dir)
+	url, unblock := stallStore(t, dir)
 	fdsBefore := openFDs(t)
-	path, arr := testArray(t, t.TempDir())
 	before := runtime.NumGoroutine()
 	c, done := startServe(t)
 	mustOK(t, "hello", c.call("hello", hello(hostConfig())))
@@ -33,9 +34,14 @@ func TestServeClientEOF(t *testing.T) {
 		t.Fatalf("pop: %d descriptors", len(m.fds))
 	}
 	syscall.Close(m.fds[0])
-	c.start("pop", nil) // one sample left, not flushed: blocks
+	// The next batch: the sample left and one whose shard does not come.
+	mustOK(t, "push", c.call("push", map[string]any{"samples": samplesOf(url+"/u16.zarr", boxes[:1])}))
+	mustOK(t, "flush", c.call("flush", nil))
+	c.start("pop", nil)
 	time.Sleep(50 * time.Millisecond)
 	c.conn.Close()
+	time.Sleep(50 * time.Millisecond)
+	unblock() // the pipeline's close waits for reads in flight
 	select {
 	case err := <-done:
 		if err != nil {
@@ -50,18 +56,25 @@ func TestServeClientEOF(t *testing.T) {
 	}
 }
 
-// TestServeBadFrame sends a frame of length 0: the stream cannot go on,
-// serve fails.
+// TestServeBadFrame sends a frame header of length 0, and one over 16
+// MiB: the stream cannot go on; serve sends a closing message that says
+// why, closes the connection and fails.
 func TestServeBadFrame(t *testing.T) {
-	before := runtime.NumGoroutine()
-	c, done := startServe(t)
-	mustOK(t, "hello", c.call("hello", hello(hostConfig())))
-	c.conn.Write([]byte{0, 0, 0, 0})
-	var fe *frameError
-	if err := <-done; !errors.As(err, &fe) {
-		t.Fatalf("serve after a 0-byte frame: %v, want a frame error", err)
+	for _, n := range []uint32{0, maxFrame + 1, 1<<32 - 1} {
+		before := runtime.NumGoroutine()
+		c, done := startServe(t)
+		mustOK(t, "hello", c.call("hello", hello(hostConfig())))
+		c.conn.Write(binary.LittleEndian.AppendUint32(nil, n))
+		m := c.closing()
+		if m.Status != statusInval || !strings.Contains(m.Reason, fmt.Sprintf("frame of %d bytes", n)) {
+			t.Errorf("header %d: closing %+v, want INVAL naming the length", n, m)
+		}
+		var fe *frameError
+		if err := <-done; !errors.As(err, &fe) {
+			t.Fatalf("serve after a %d-byte frame header: %v, want a frame error", n, err)
+		}
+		waitGoroutines(t, before)
 	}
-	waitGoroutines(t, before)
 }
 
 // TestServeSocket serves one client on a listening socket (AcceptOne),
@@ -122,81 +135,5 @@ func TestInheritedConn(t *testing.T) {
 	}
 	if _, err := InheritedConn(987); err == nil || !strings.Contains(err.Error(), "--fd 987") {
 		t.Fatalf("InheritedConn(987): %v, want an error naming --fd 987", err)
-	}
-}
-
-// serveChildEnv makes TestServeChild run `damacy serve --fd 3`.
-const serveChildEnv = "DAMACY_TEST_SERVE_CHILD"
-
-// TestServeChild is the server process of TestServeExec: what `damacy
-// serve --fd 3` runs.
-func TestServeChild(t *testing.T) {
-	if os.Getenv(serveChildEnv) == "" {
-		t.Skip("runs only as TestServeExec's child process")
-	}
-	conn, err := InheritedConn(3)
-	if err == nil {
-		err = Run(context.Background(), conn, Options{})
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "damacy serve: error: %v\n", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// TestServeExec runs the server as its own process on an inherited socket
-// (--fd 3), as the Python client does: the memfd crosses processes, and
-// the server exits 0 when the client closes its end.
-func TestServeExec(t *testing.T) {
-	path, arr := testArray(t, t.TempDir())
-	client, server := socketpair(t)
-	defer client.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), serveChildEnv+"=1")
-	cmd.ExtraFiles = []*os.File{server}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	server.Close()
-	c := &protoClient{t: t, conn: client, early: map[int64]*protoMsg{}}
-	h := mustOK(t, "hello", c.call("hello", hello(hostConfig())))
-	if h.PID != cmd.Process.Pid {
-		t.Errorf("hello says pid %d, the child is %d", h.PID, cmd.Process.Pid)
-	}
-	boxes := randomBoxes(rand.New(rand.NewPCG(5, 6)), 2, arr.Shape(), []int64{4, 8, 8})
-	mustOK(t, "push", c.call("push", map[string]any{"samples": samplesOf(path, boxes)}))
-	mustOK(t, "flush", c.call("flush", nil))
-	m := mustOK(t, "pop", c.call("pop", nil))
-	if len(m.fds) != 1 || m.Batch == nil || m.Batch.Host == nil {
-		t.Fatalf("pop: %+v with %d descriptors", m, len(m.fds))
-	}
-	mem, err := syscall.Mmap(m.fds[0], 0, int(m.Batch.Host.Size), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Munmap(mem)
-	syscall.Close(m.fds[0])
-	var want []byte
-	for _, b := range boxes {
-		want = append(want, wantF32(t, arr, b)...)
-	}
-	if got := mem[m.Batch.Host.Offset : m.Batch.Host.Offset+m.Batch.NBytes]; !bytes.Equal(got, want) {
-		t.Fatal("the batch read through the server's memfd differs from the reference reader")
-	}
-	c.send(map[string]any{"op": "release", "batch": m.Batch.ID})
-	client.Close()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil || out.Len() != 0 {
-			t.Fatalf("server process: %v, stdout %q, stderr %q", err, out.String(), errb.String())
-		}
-	case <-time.After(time.Minute):
-		cmd.Process.Kill()
-		t.Fatalf("the server process did not exit after the client closed; stderr %q", errb.String())
 	}
 }

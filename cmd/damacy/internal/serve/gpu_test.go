@@ -10,8 +10,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,12 +26,159 @@ import (
 // cudaClientEnv carries the array's path to TestServeCUDAClient.
 const cudaClientEnv = "DAMACY_TEST_SERVE_CUDA_CLIENT"
 
+// ipcFiles lists the files the CUDA driver made in /dev/shm for the
+// interprocess events of process pid (the form cuda.RemoveIPCFiles
+// removes, spelled out here again: cuda.shm.<uid>.<pid in hex>.<n>).
+func ipcFiles(t testing.TB, pid int) []string {
+	t.Helper()
+	names, err := filepath.Glob(fmt.Sprintf("/dev/shm/cuda.shm.%d.%x.*", os.Getuid(), pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// cudaReader reads CUDA batches of a server in another process as the
+// Python client does: each slot's memory, ready event and done event are
+// opened once from their handles (opening makes no file in /dev/shm); a
+// batch is copied on the reader's stream after the ready event, the done
+// event is recorded after the copy and the batch released with "done"
+// before the copy is waited for, so that a refill of the slot that did not
+// wait for the done event could overwrite it.
+type cudaReader struct {
+	t     testing.TB
+	ex    *cuda.Executor
+	s     cuda.Stream
+	slots map[int]*cudaSlotMap
+}
+
+// cudaSlotMap is a slot as the reader opened it, with the handles it
+// came with (fixed per slot).
+type cudaSlotMap struct {
+	mem         cuda.DevicePtr
+	ready, done cuda.Event
+	handles     cudaSlot
+}
+
+func newCUDAReader(t testing.TB, ex *cuda.Executor) *cudaReader {
+	r := &cudaReader{t: t, ex: ex, slots: map[int]*cudaSlotMap{}}
+	r.do(func() (err error) { r.s, err = cuda.NewStream(cuda.StreamNonBlocking); return err })
+	return r
+}
+
+func (r *cudaReader) do(f func() error) {
+	r.t.Helper()
+	if err := r.ex.Do(f); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func decodeHandle(t testing.TB, dst []byte, h string) {
+	t.Helper()
+	if b, err := hex.DecodeString(h); err != nil || len(b) != len(dst) {
+		t.Fatalf("bad handle %q", h)
+	} else {
+		copy(dst, b)
+	}
+}
+
+// read copies batch b out of its slot and releases it (with "done") on c.
+func (r *cudaReader) read(c *protoClient, b *batchMsg) []byte {
+	r.t.Helper()
+	if b.CUDA == nil || b.CUDA.DoneHandle == "" {
+		r.t.Fatalf("a CUDA batch without its handles: %+v", b)
+	}
+	m := r.slots[b.Slot]
+	if m == nil {
+		m = &cudaSlotMap{handles: *b.CUDA}
+		var mh cuda.IPCMemHandle
+		var rh, dh cuda.IPCEventHandle
+		decodeHandle(r.t, mh.Reserved[:], b.CUDA.MemHandle)
+		decodeHandle(r.t, rh.Reserved[:], b.CUDA.EventHandle)
+		decodeHandle(r.t, dh.Reserved[:], b.CUDA.DoneHandle)
+		r.do(func() (err error) {
+			if m.mem, err = cuda.OpenIPCMemHandle(mh, cuda.IPCMemLazyEnablePeerAccess); err != nil {
+				return err
+			}
+			if m.ready, err = cuda.OpenIPCEventHandle(rh); err != nil {
+				return err
+			}
+			m.done, err = cuda.OpenIPCEventHandle(dh)
+			return err
+		})
+		r.slots[b.Slot] = m
+	} else if h := *b.CUDA; h.MemHandle != m.handles.MemHandle || h.EventHandle != m.handles.EventHandle || h.DoneHandle != m.handles.DoneHandle {
+		r.t.Fatalf("slot %d: its handles changed", b.Slot)
+	}
+	var dev cuda.DevicePtr
+	data := make([]byte, b.NBytes)
+	r.do(func() (err error) {
+		if dev, err = cuda.MemAlloc(int(b.NBytes)); err != nil {
+			return err
+		}
+		if err := r.s.WaitEvent(m.ready); err != nil {
+			return err
+		}
+		if err := r.s.CopyDtoD(dev, m.mem+cuda.DevicePtr(b.CUDA.Offset), int(b.NBytes)); err != nil {
+			return err
+		}
+		return m.done.Record(r.s)
+	})
+	c.send(map[string]any{"op": "release", "batch": b.ID, "done": true})
+	r.do(func() error {
+		if err := r.s.CopyDtoH(data, dev); err != nil {
+			return err
+		}
+		return errors.Join(r.s.Synchronize(), dev.Free())
+	})
+	return data
+}
+
+// close unmaps the slots; do it before the server frees them at close.
+func (r *cudaReader) close() {
+	r.do(func() error {
+		errs := []error{r.s.Synchronize()}
+		for _, m := range r.slots {
+			errs = append(errs, cuda.CloseIPCMemHandle(&m.mem), m.ready.Destroy(), m.done.Destroy())
+		}
+		return errors.Join(append(errs, r.s.Destroy())...)
+	})
+}
+
+// popCUDA pushes boxes, flushes and reads every batch through r, checking
+// each against the reference reader; batches hold up to per samples.
+func popCUDA(t testing.TB, c *protoClient, r *cudaReader, arr *zarr.Array, path string, boxes [][][2]int64, per int) {
+	t.Helper()
+	mustOK(t, "push", c.call("push", map[string]any{"samples": samplesOf(path, boxes)}))
+	mustOK(t, "flush", c.call("flush", nil))
+	for got := 0; got < len(boxes); {
+		b := mustOK(t, "pop", c.call("pop", nil)).Batch
+		if b == nil || b.CUDA == nil || b.Host != nil || b.N != min(per, len(boxes)-got) {
+			t.Fatalf("pop: %+v", b)
+		}
+		data := r.read(c, b)
+		sample := len(data) / b.N
+		for i := range b.N {
+			if want := wantF32(t, arr, boxes[got+i]); !bytes.Equal(data[i*sample:(i+1)*sample], want) {
+				t.Fatalf("batch %d sample %d: differs from the reference reader", b.ID, i)
+			}
+		}
+		got += b.N
+	}
+}
+
+// cudaHello is hello for the CUDA engine on the GPU named uuid.
+func cudaHello(uuid cuda.UUID) map[string]any {
+	cfg := hostConfig()
+	cfg["batch_size"], cfg["batch_slots"] = 4, 2
+	cfg["host_buffer_bytes"], cfg["device_buffer_bytes"] = 16<<20, 4<<20
+	return map[string]any{"version": protocolVersion, "config": cfg, "device": map[string]any{"kind": "cuda", "uuid": uuid.String()}}
+}
+
 // TestServeCUDAClient is the client process of TestServeCUDA, on the
-// socket inherited as fd 3. It names its GPU by UUID, pops batches from
-// the CUDA engine, maps each slot once through its IPC handle, waits on
-// the slot's ready event on its own stream, copies the batch out and
-// compares it with the reference reader, then releases the batch after an
-// interprocess event of its own, recorded after the copy.
+// socket inherited as fd 3. It names its GPU by UUID and reads five
+// batches of the CUDA engine through a cudaReader. It makes no
+// interprocess event, so the driver made no file in /dev/shm for it.
 func TestServeCUDAClient(t *testing.T) {
 	path := os.Getenv(cudaClientEnv)
 	if path == "" {
@@ -51,108 +201,23 @@ func TestServeCUDAClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := hostConfig()
-	cfg["batch_size"], cfg["batch_slots"] = 4, 2
-	cfg["host_buffer_bytes"], cfg["device_buffer_bytes"] = 16<<20, 4<<20
-	h := mustOK(t, "hello", c.call("hello", map[string]any{"version": 1, "config": cfg, "device": map[string]any{"kind": "cuda", "uuid": uuid.String()}}))
+	h := mustOK(t, "hello", c.call("hello", cudaHello(uuid)))
 	if h.Engine != "cuda" || h.Device == nil || h.Device["uuid"] != uuid.String() {
 		t.Fatalf("hello: %+v, want the CUDA engine on %v", h, uuid)
 	}
 	fmt.Printf("SERVER-ORDINAL %v\n", h.Device["ordinal"])
-	ext := []int64{6, 10, 9}
-	boxes := randomBoxes(rand.New(rand.NewPCG(7, 8)), 19, arr.Shape(), ext) // four batches of 4 and one of 3
-	mustOK(t, "push", c.call("push", map[string]any{"samples": samplesOf(path, boxes)}))
-	mustOK(t, "flush", c.call("flush", nil))
-
-	type slotMap struct {
-		mem          cuda.DevicePtr
-		ready, done  cuda.Event
-		memH, readyH string
-	}
-	slots := map[int]*slotMap{}
-	var s cuda.Stream
-	do := func(f func() error) {
-		t.Helper()
-		if err := ex.Do(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	do(func() (err error) { s, err = cuda.NewStream(cuda.StreamNonBlocking); return err })
-	handle := func(dst []byte, h string) {
-		t.Helper()
-		if b, err := hex.DecodeString(h); err != nil || len(b) != len(dst) {
-			t.Fatalf("bad handle %q", h)
-		} else {
-			copy(dst, b)
-		}
-	}
-	per := 4 * ext[0] * ext[1] * ext[2]
-	for got := 0; got < len(boxes); {
-		b := mustOK(t, "pop", c.call("pop", nil)).Batch
-		if b == nil || b.CUDA == nil || b.Host != nil || b.N != min(4, len(boxes)-got) || b.NBytes != int64(b.N)*per {
-			t.Fatalf("pop: %+v", b)
-		}
-		m := slots[b.Slot]
-		if m == nil {
-			m = &slotMap{memH: b.CUDA.MemHandle, readyH: b.CUDA.EventHandle}
-			var mh cuda.IPCMemHandle
-			var rh cuda.IPCEventHandle
-			handle(mh.Reserved[:], m.memH)
-			handle(rh.Reserved[:], m.readyH)
-			do(func() (err error) {
-				if m.mem, err = cuda.OpenIPCMemHandle(mh, cuda.IPCMemLazyEnablePeerAccess); err != nil {
-					return err
-				}
-				if m.ready, err = cuda.OpenIPCEventHandle(rh); err != nil {
-					return err
-				}
-				m.done, err = cuda.NewEvent(cuda.EventInterprocess | cuda.EventDisableTiming)
-				return err
-			})
-			slots[b.Slot] = m
-		} else if m.memH != b.CUDA.MemHandle || m.readyH != b.CUDA.EventHandle {
-			t.Fatalf("slot %d: its handles changed", b.Slot)
-		}
-		data := make([]byte, b.NBytes)
-		var doneH cuda.IPCEventHandle
-		do(func() error {
-			if err := s.WaitEvent(m.ready); err != nil {
-				return err
-			}
-			if err := s.CopyDtoH(data, m.mem+cuda.DevicePtr(b.CUDA.Offset)); err != nil {
-				return err
-			}
-			if err := m.done.Record(s); err != nil {
-				return err
-			}
-			if err := s.Synchronize(); err != nil {
-				return err
-			}
-			var err error
-			doneH, err = m.done.IPCHandle()
-			return err
-		})
-		for i := range b.N {
-			if want := wantF32(t, arr, boxes[got+i]); !bytes.Equal(data[int64(i)*per:int64(i+1)*per], want) {
-				t.Fatalf("batch %d sample %d: differs from the reference reader", b.ID, i)
-			}
-		}
-		c.send(map[string]any{"op": "release", "batch": b.ID, "event_handle": hex.EncodeToString(doneH.Reserved[:])})
-		got += b.N
-	}
+	r := newCUDAReader(t, ex)
+	boxes := randomBoxes(rand.New(rand.NewPCG(7, 8)), 19, arr.Shape(), []int64{6, 10, 9}) // four batches of 4 and one of 3
+	popCUDA(t, c, r, arr, path, boxes, 4)
 	st := mustOK(t, "stats", c.call("stats", nil)).Stats
 	if st.Engine != "cuda" || st.BatchesEmitted != 5 || st.H2D.Count == 0 {
 		t.Errorf("stats %+v", st)
 	}
-	// Unmap before close: the server frees the slots when it closes.
-	do(func() error {
-		errs := []error{s.Synchronize()}
-		for _, m := range slots {
-			errs = append(errs, cuda.CloseIPCMemHandle(&m.mem), m.ready.Destroy(), m.done.Destroy())
-		}
-		return errors.Join(append(errs, s.Destroy())...)
-	})
+	r.close()
 	mustOK(t, "close", c.call("close", nil))
+	if files := ipcFiles(t, os.Getpid()); len(files) > 0 {
+		t.Errorf("the client made interprocess events: %q", files)
+	}
 }
 
 // TestServeCUDA serves the CUDA engine in this process to a client in a
@@ -212,4 +277,67 @@ func TestServeCUDA(t *testing.T) {
 	}
 	waitGoroutines(t, before)
 	t.Logf("a client process read 5 CUDA batches through IPC handles (server on device %s)", wantOrdinal)
+}
+
+// TestServeCUDAFiles runs CUDA servers as processes (as `damacy serve`)
+// and reads their batches here: while a server runs, the driver has made
+// a file in /dev/shm for its done events, of the form RemoveIPCFiles
+// removes; none is left once it exited on close or on SIGTERM. A server
+// killed by SIGKILL leaves its file, which cuda.RemoveIPCFiles (what the
+// client does then) removes. This process, a client, makes no file.
+func TestServeCUDAFiles(t *testing.T) {
+	ex := cudatest.Executor(t)
+	uuid, err := ex.Device().UUID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, arr := testArray(t, t.TempDir())
+	mine := len(ipcFiles(t, os.Getpid()))
+	for _, how := range []string{"close", "SIGTERM", "SIGKILL"} {
+		sp := startServer(t, serveParentEnv+"="+strconv.Itoa(os.Getpid()))
+		c := sp.c
+		pid := sp.cmd.Process.Pid
+		mustOK(t, "hello", c.call("hello", cudaHello(uuid)))
+		r := newCUDAReader(t, ex)
+		popCUDA(t, c, r, arr, path, randomBoxes(rand.New(rand.NewPCG(9, 10)), 9, arr.Shape(), []int64{6, 10, 9}), 4)
+		files := ipcFiles(t, pid)
+		if len(files) == 0 {
+			all, _ := filepath.Glob("/dev/shm/cuda.shm.*")
+			t.Fatalf("%s: the server (pid %d, %x) made done events, yet /dev/shm has no file of the form cuda.RemoveIPCFiles removes; it has %q", how, pid, pid, all)
+		}
+		r.close()
+		want := 0
+		switch how {
+		case "close":
+			mustOK(t, "close", c.call("close", nil))
+			c.conn.Close()
+			want = 0
+		case "SIGTERM":
+			sp.cmd.Process.Signal(syscall.SIGTERM)
+			if m := c.closing(); m.Status != statusShutdown || !strings.Contains(m.Reason, "SIGTERM") {
+				t.Errorf("SIGTERM: closing %+v", m)
+			}
+			want = 1
+		case "SIGKILL":
+			sp.cmd.Process.Kill()
+			want = -1
+		}
+		if code := sp.wait(t); code != want {
+			t.Errorf("%s: server exit %d, want %d; output:\n%s", how, code, want, sp.stderr.String())
+		}
+		if how == "SIGKILL" {
+			if left := ipcFiles(t, pid); len(left) == 0 {
+				t.Errorf("SIGKILL: the server's files %q went with it (the driver cleaned up after all?)", files)
+			}
+			if err := cuda.RemoveIPCFiles(pid); err != nil {
+				t.Error(err)
+			}
+		}
+		if left := ipcFiles(t, pid); len(left) > 0 {
+			t.Errorf("%s: the server left %q", how, left)
+		}
+	}
+	if n := len(ipcFiles(t, os.Getpid())); n != mine {
+		t.Errorf("this process, a client, had %d files in /dev/shm, now %d", mine, n)
+	}
 }

@@ -3,7 +3,10 @@ package serve
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,10 +36,13 @@ type logMsg struct {
 
 // logSink queues log frames for the client. Records never wait for the
 // client: a sender goroutine writes the queue, and a record that finds the
-// queue full (the client is not reading) is dropped and counted.
+// queue full (the client is not reading) is dropped and counted. Records
+// made once the sink is closed (after the last frame) are written to late
+// as lines, or dropped when late is nil.
 type logSink struct {
 	level   slog.LevelVar
 	out     *frameWriter
+	late    io.Writer
 	mu      sync.Mutex
 	queue   chan logMsg
 	closed  bool
@@ -45,8 +51,8 @@ type logSink struct {
 }
 
 // newLogSink starts a sink's sender; close stops it.
-func newLogSink(out *frameWriter) *logSink {
-	s := &logSink{out: out, queue: make(chan logMsg, 256), done: make(chan struct{})}
+func newLogSink(out *frameWriter, late io.Writer) *logSink {
+	s := &logSink{out: out, late: late, queue: make(chan logMsg, 256), done: make(chan struct{})}
 	s.level.Set(slog.LevelWarn)
 	go func() {
 		defer close(s.done)
@@ -61,7 +67,9 @@ func (s *logSink) send(m logMsg) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		s.dropped.Add(1)
+		if s.late != nil {
+			io.WriteString(s.late, m.line())
+		}
 		return
 	}
 	select {
@@ -71,8 +79,23 @@ func (s *logSink) send(m logMsg) {
 	}
 }
 
+// line formats m as one line of the command's stderr.
+func (m logMsg) line() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "damacy serve: %s: %s", levelWords[m.Level], m.Msg)
+	keys := slices.Sorted(maps.Keys(m.Attrs))
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%v", k, m.Attrs[k])
+	}
+	b.WriteByte('\n')
+	return b.String()
+}
+
+// levelWords names the protocol's log levels in stderr lines.
+var levelWords = [...]string{"trace", "debug", "info", "warning", "error", "fatal"}
+
 // close sends what is queued and stops the sender. It returns the number
-// of records dropped.
+// of records dropped because the client did not read them.
 func (s *logSink) close() int64 {
 	s.mu.Lock()
 	if !s.closed {

@@ -2,9 +2,7 @@ package serve
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -60,9 +58,12 @@ func (s *server) hello(id int64, req *request) {
 	} else {
 		dev = nil
 	}
-	slots := cfg.BatchSlots
-	if slots == 0 {
-		slots = pipeline.DefaultBatchSlots
+	s.slots, s.batchSize = cfg.BatchSlots, cfg.BatchSize
+	if s.slots == 0 {
+		s.slots = pipeline.DefaultBatchSlots
+	}
+	if s.batchSize == 0 {
+		s.batchSize = pipeline.DefaultBatchSize
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.pops, s.popCancel, s.popDone = make(chan int64, 64), cancel, make(chan struct{})
@@ -73,7 +74,7 @@ func (s *server) hello(id int64, req *request) {
 	}
 	s.reply(id, map[string]any{
 		"version": protocolVersion, "server": "damacy " + buildVersion(), "engine": engine, "device": dev,
-		"decoder": st.Decoder, "slots": slots, "pid": os.Getpid(),
+		"decoder": st.Decoder, "slots": s.slots, "pid": os.Getpid(),
 	}, nil)
 }
 
@@ -218,7 +219,8 @@ func deviceOf(d *deviceSpec) (string, map[string]any, error) {
 }
 
 // push checks and queues the samples in order; the first bad one fails
-// the request with its index, those before it stay queued.
+// the request with its index, those before it stay queued. Each sample
+// queued counts towards the batches pops can take.
 func (s *server) push(id int64, req *request) {
 	for i, sp := range req.Samples {
 		smp := pipeline.Sample{URI: sp.URI, Level: sp.Level, Box: make([]pipeline.Range, len(sp.Box))}
@@ -240,147 +242,28 @@ func (s *server) push(id int64, req *request) {
 			s.fail(id, "push", err, &i)
 			return
 		}
+		s.mu.Lock()
+		if s.partial++; s.partial == s.batchSize {
+			s.formed++
+			s.partial = 0
+		}
+		s.mu.Unlock()
 	}
 	s.reply(id, map[string]any{"accepted": len(req.Samples)}, nil)
 }
 
-// popper answers pop requests in order, one Pop at a time, so that the
-// main loop keeps reading (releases, close) while a Pop blocks. When ctx
-// ends it answers every pop left with SHUTDOWN.
-func (s *server) popper(ctx context.Context) {
-	defer close(s.popDone)
-	for id := range s.pops {
-		if ctx.Err() != nil {
-			s.fail(id, "pop", statusErrorf(statusShutdown, "the server is closing"), nil)
-			continue
-		}
-		b, err := s.p.Pop(ctx)
-		if err == nil && ctx.Err() != nil {
-			b.Release()
-			err = statusErrorf(statusShutdown, "the server is closing")
-		}
-		if err != nil {
-			s.fail(id, "pop", err, nil)
-			continue
-		}
-		msg, fds, err := s.describe(b)
-		if err != nil {
-			b.Release()
-			s.fail(id, "pop", err, nil)
-			continue
-		}
-		s.mu.Lock()
-		s.held[msg.ID] = b
-		s.mu.Unlock()
-		// "fds" also at the frame's top level: the framing rule.
-		fields := map[string]any{"batch": msg}
-		if len(fds) > 0 {
-			fields["fds"] = len(fds)
-		}
-		s.reply(id, fields, fds)
-	}
-}
-
-// describe makes a batch's BATCH message and the descriptors to send
-// with it (a host slot's memfd, the first time).
-func (s *server) describe(b *pipeline.Batch) (batchMsg, []int, error) {
-	info := b.Info()
-	sh, err := b.Share()
-	if err != nil {
-		return batchMsg{}, nil, err
-	}
-	m := batchMsg{ID: info.ID, Slot: sh.Slot, N: b.Len(), Shape: info.Shape, Dtype: "f32", NBytes: sh.Bytes}
-	if info.Dtype == pipeline.BF16 {
-		m.Dtype = "bf16"
-	}
-	if s.cuda {
-		m.CUDA = &cudaSlot{MemHandle: hex.EncodeToString(sh.Mem.Reserved[:]), Offset: sh.Offset, EventHandle: hex.EncodeToString(sh.Ready.Reserved[:])}
-		return m, nil, nil
-	}
-	m.Host = &hostSlot{Size: sh.Size, Offset: sh.Offset}
-	if s.fdSent[sh.Slot] {
-		return m, nil, nil
-	}
-	s.fdSent[sh.Slot] = true
-	m.FDs = 1
-	return m, []int{sh.FD}, nil
-}
-
-// release gives a batch back, after the client's event when it sends one.
-func (s *server) release(req *request) {
-	if req.Batch == nil {
-		s.log.Warn("release without a batch: ignored")
+// flush ends the batch being filled: the samples pushed since the last
+// complete batch make a (ragged) batch of their own.
+func (s *server) flush(id int64) {
+	if err := s.p.Flush(); err != nil {
+		s.fail(id, "flush", err, nil)
 		return
 	}
 	s.mu.Lock()
-	b := s.held[*req.Batch]
-	delete(s.held, *req.Batch)
+	if s.partial > 0 {
+		s.formed++
+		s.partial = 0
+	}
 	s.mu.Unlock()
-	if b == nil {
-		s.log.Warn("release of a batch the client does not hold: ignored", "batch", *req.Batch)
-		return
-	}
-	if req.EventHandle == "" || !s.cuda {
-		b.Release()
-		return
-	}
-	ev, err := s.clientEvent(req.EventHandle)
-	if err != nil {
-		// Reusing the slot unordered could overwrite what the client is
-		// still reading: keep it until close.
-		s.mu.Lock()
-		s.held[*req.Batch] = b
-		s.mu.Unlock()
-		s.log.Error("release: the client's event cannot be opened; the batch's slot stays in use until close", "batch", *req.Batch, "error", err)
-		return
-	}
-	b.ReleaseAfter(ev)
-}
-
-// clientEvent opens (once) the client's interprocess event named by h.
-func (s *server) clientEvent(h string) (cuda.Event, error) {
-	var eh cuda.IPCEventHandle
-	raw, err := hex.DecodeString(h)
-	if err != nil || len(raw) != len(eh.Reserved) {
-		return 0, fmt.Errorf("event_handle %q is not %d bytes of hex", h, len(eh.Reserved))
-	}
-	copy(eh.Reserved[:], raw)
-	if ev, ok := s.events[eh]; ok {
-		return ev, nil
-	}
-	if s.ex == nil {
-		dev, err := cuda.GetDevice(s.ordinal)
-		if err != nil {
-			return 0, err
-		}
-		if s.ex, err = cuda.NewExecutor(dev); err != nil {
-			return 0, err
-		}
-		s.events = map[cuda.IPCEventHandle]cuda.Event{}
-	}
-	var ev cuda.Event
-	if err := s.ex.Do(func() (err error) { ev, err = cuda.OpenIPCEventHandle(eh); return err }); err != nil {
-		return 0, err
-	}
-	s.events[eh] = ev
-	return ev, nil
-}
-
-// closeEvents destroys the client's events once the pipeline is closed
-// (no stream waits on them any more).
-func (s *server) closeEvents() {
-	if s.ex == nil {
-		return
-	}
-	err := s.ex.Do(func() error {
-		var errs []error
-		for _, ev := range s.events {
-			errs = append(errs, ev.Destroy())
-		}
-		return errors.Join(errs...)
-	})
-	if err != nil {
-		s.log.Warn("destroying the client's events", "error", err)
-	}
-	s.ex.Close()
+	s.reply(id, nil, nil)
 }

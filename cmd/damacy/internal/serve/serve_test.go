@@ -23,7 +23,7 @@ func hostConfig() map[string]any {
 }
 
 func hello(config map[string]any) map[string]any {
-	return map[string]any{"version": 1, "config": config, "device": map[string]any{"kind": "cpu"}}
+	return map[string]any{"version": protocolVersion, "config": config, "device": map[string]any{"kind": "cpu"}}
 }
 
 // randomBoxes returns n boxes of extent ext, some reaching outside shape.
@@ -53,14 +53,14 @@ func samplesOf(uri string, boxes [][][2]int64) []map[string]any {
 // the reference reader (ragged last batch, more batches than slots),
 // stats, a log record, and close while a pop is blocked.
 func TestServeHost(t *testing.T) {
-	before, fdsBefore := 0, openFDs(t)
 	dir := t.TempDir()
 	path, arr := testArray(t, dir)
-	before = runtime.NumGoroutine()
+	url, unblock := stallStore(t, dir)
+	before, fdsBefore := runtime.NumGoroutine(), openFDs(t)
 	c, done := startServe(t)
 
 	wantError(t, "pop before hello", c.call("pop", nil), statusInval)
-	e := wantError(t, "hello version 2", c.call("hello", map[string]any{"version": 2, "config": hostConfig()}), statusInval)
+	e := wantError(t, "hello version 1", c.call("hello", map[string]any{"version": 1, "config": hostConfig()}), statusInval)
 	if !strings.Contains(e.Message, "2") || !strings.Contains(e.Message, "1") || e.What != "hello" {
 		t.Errorf("version error %+v does not name both versions", e)
 	}
@@ -84,7 +84,7 @@ func TestServeHost(t *testing.T) {
 	}
 
 	h := mustOK(t, "hello", c.call("hello", hello(hostConfig())))
-	if h.Version != 1 || h.Engine != "host" || h.Device != nil || h.Decoder != "cpu" || h.Slots != 2 || h.PID != os.Getpid() || !strings.HasPrefix(h.Server, "damacy ") {
+	if h.Version != 2 || h.Engine != "host" || h.Device != nil || h.Decoder != "cpu" || h.Slots != 2 || h.PID != os.Getpid() || !strings.HasPrefix(h.Server, "damacy ") {
 		t.Errorf("hello response %+v", h)
 	}
 	wantError(t, "second hello", c.call("hello", hello(hostConfig())), statusInval)
@@ -188,7 +188,11 @@ func TestServeHost(t *testing.T) {
 	}
 	wantError(t, "unknown op", c.call("frobnicate", nil), statusInval)
 
-	// Close while a pop is blocked: the pop fails with SHUTDOWN first.
+	// Close while a pop is blocked (its shard does not come): the pop
+	// fails with SHUTDOWN first. The shard then comes: the pipeline's
+	// close waits for reads in flight.
+	mustOK(t, "push", c.call("push", map[string]any{"samples": samplesOf(url+"/u16.zarr", boxes[:1])}))
+	mustOK(t, "flush", c.call("flush", nil))
 	pop := c.start("pop", nil)
 	time.Sleep(50 * time.Millisecond)
 	closeID := c.start("close", nil)
@@ -197,6 +201,7 @@ func TestServeHost(t *testing.T) {
 		t.Fatalf("first response after close: %+v, %v; want the pop's", m, err)
 	}
 	wantError(t, "blocked pop at close", m, statusShutdown)
+	unblock()
 	mustOK(t, "close", c.wait(closeID))
 	if err := <-done; err != nil {
 		t.Fatalf("serve: %v", err)

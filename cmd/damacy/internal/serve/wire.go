@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -21,7 +22,7 @@ import (
 // descriptors as SCM_RIGHTS on the frame's first byte.
 
 // protocolVersion is the protocol version this server speaks.
-const protocolVersion = 1
+const protocolVersion = 2
 
 // maxFrame is the largest frame payload either side may send.
 const maxFrame = 16 << 20
@@ -54,13 +55,19 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 	return buf, nil
 }
 
-// frameWriter sends frames on the connection, one at a time. The first
-// failed write is sticky: every later write returns it, and the reader is
-// woken (its read deadline passes) so that the server stops.
+// frameWriter sends frames on the connection, one at a time, each within
+// a deadline. The first failed write is sticky: every later write returns
+// it, and the reader is woken (its read deadline passes) so that the
+// server stops.
 type frameWriter struct {
-	mu   sync.Mutex
-	conn *net.UnixConn
-	err  error
+	mu      sync.Mutex // held for a whole frame
+	conn    *net.UnixConn
+	timeout time.Duration // each write's deadline
+	err     error
+
+	dmu     sync.Mutex    // guards the deadline of the write in progress
+	writing bool          // a frame is being written
+	grace   time.Duration // once hurried, the deadline of each write (0: timeout)
 }
 
 // write marshals v and sends it as one frame, with fds attached to the
@@ -85,15 +92,43 @@ func (w *frameWriter) write(v any, fds []int) error {
 	if w.err != nil {
 		return w.err
 	}
+	w.dmu.Lock()
+	d := w.timeout
+	if w.grace > 0 {
+		d = w.grace
+	}
+	w.conn.SetWriteDeadline(time.Now().Add(d))
+	w.writing = true
+	w.dmu.Unlock()
 	n, _, err := w.conn.WriteMsgUnix(frame, oob, nil)
 	if err == nil && n < len(frame) {
 		_, err = w.conn.Write(frame[n:])
 	}
+	w.dmu.Lock()
+	w.writing = false
+	w.dmu.Unlock()
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("the client read nothing for %v: %w", d, err)
+		}
 		w.err = fmt.Errorf("serve: writing to the client: %w", err)
 		w.conn.SetReadDeadline(time.Now())
 	}
 	return w.err
+}
+
+// hurry bounds the write in progress, and each later one, by d: the
+// server is stopping and a client that does not read must not hold it.
+func (w *frameWriter) hurry(d time.Duration) {
+	w.dmu.Lock()
+	defer w.dmu.Unlock()
+	if w.grace > 0 && w.grace <= d {
+		return
+	}
+	w.grace = d
+	if w.writing {
+		w.conn.SetWriteDeadline(time.Now().Add(d))
+	}
 }
 
 // failed returns the error of the first failed write, if any.
@@ -103,16 +138,17 @@ func (w *frameWriter) failed() error {
 	return w.err
 }
 
-// request is any client message; each op reads the members it needs.
+// request is any client message but its "id"; each op reads the members
+// it needs.
 type request struct {
-	ID          *int64                     `json:"id"`
 	Op          string                     `json:"op"`
 	Version     *int                       `json:"version"`
 	Config      map[string]json.RawMessage `json:"config"`
 	Device      *deviceSpec                `json:"device"`
 	Samples     []sampleSpec               `json:"samples"`
 	Batch       *int64                     `json:"batch"`
-	EventHandle string                     `json:"event_handle"`
+	Done        bool                       `json:"done"`
+	EventHandle string                     `json:"event_handle"` // version 1's release: logged, ignored
 	Level       *int                       `json:"level"`
 }
 
@@ -142,15 +178,27 @@ type batchMsg struct {
 	FDs    int       `json:"fds,omitempty"`
 }
 
+// cudaSlot is a CUDA batch's slot: its memory, the interprocess event
+// the batch is ready after, and the slot's done event, which the client
+// records after its last use of the batch (release with "done").
 type cudaSlot struct {
 	MemHandle   string `json:"mem_handle"`
 	Offset      int64  `json:"offset"`
 	EventHandle string `json:"event_handle"`
+	DoneHandle  string `json:"done_handle"`
 }
 
 type hostSlot struct {
 	Size   int64 `json:"size"`
 	Offset int64 `json:"offset"`
+}
+
+// closingMsg is the server's last frame when it stops for a reason other
+// than the client's close or end of stream.
+type closingMsg struct {
+	Op     string `json:"op"` // "closing"
+	Status string `json:"status"`
+	Reason string `json:"reason"`
 }
 
 // errorMsg is a response's "error".
