@@ -88,6 +88,7 @@ class Batch:
         was exported to through ``__dlpack__`` are always waited for, as
         they stand when the last holder lets go. Ignored on the host engine.
         """
+        self._engine.check_owner("release")
         if not self._hold.alive:
             return
         after = self._engine.parse_after(event_or_stream) if event_or_stream is not None else None
@@ -96,6 +97,7 @@ class Batch:
         self._hold()
 
     def __enter__(self) -> "Batch":
+        self._engine.check_owner("__enter__")
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -104,6 +106,7 @@ class Batch:
     def __dlpack_device__(self) -> Tuple[int, int]:
         """``(kDLCUDA, ordinal)`` with this process's ordinal of the GPU, or
         ``(kDLCPU, 0)`` on the host engine."""
+        self._engine.check_owner("__dlpack_device__")
         return self._engine.device
 
     def __dlpack__(
@@ -138,6 +141,7 @@ class Batch:
         return np.from_dlpack(_Exporter(self, code_bits))  # type: ignore[arg-type]
 
     def _check_live(self, what: str) -> None:
+        self._engine.check_owner(what)
         if not self._hold.alive:
             raise InvalidArgument(f"{what}: batch {self._info.batch_id} was released", what=what)
 

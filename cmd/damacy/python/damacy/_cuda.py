@@ -1,6 +1,9 @@
 """The CUDA driver API through ctypes: only what the client needs to choose a
 GPU, map the server's batch slots (CUDA IPC), and order work between the
-two processes with interprocess events.
+two processes with the server's interprocess events. The client never
+creates an interprocess event itself: the driver keeps a file in /dev/shm
+for every process that does, until its context is destroyed, and torch's
+context (the one the client works in) is never destroyed.
 
 libcuda.so.1 is loaded on first use only (never for the host engine). The
 symbols are the versioned names that cuda.h's #defines select
@@ -12,24 +15,26 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import glob
+import os
 import threading
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ._errors import NativeCudaError
 
 __all__ = [
     "CU_EVENT_DISABLE_TIMING",
-    "CU_EVENT_INTERPROCESS",
     "CU_STREAM_LEGACY",
     "CU_STREAM_PER_THREAD",
     "Driver",
     "Context",
     "load",
     "format_uuid",
+    "ipc_files",
+    "remove_ipc_files",
 ]
 
 CU_EVENT_DISABLE_TIMING = 0x2
-CU_EVENT_INTERPROCESS = 0x4
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
 CU_STREAM_NON_BLOCKING = 0x1
 CU_STREAM_LEGACY = 1  # (CUstream)0x1
@@ -75,7 +80,6 @@ _SIGNATURES: Dict[str, Tuple[Any, ...]] = {
     "cuIpcOpenMemHandle_v2": (_p(_u64), CUipcMemHandle, _uint),
     "cuIpcCloseMemHandle": (_u64,),
     "cuIpcOpenEventHandle": (_p(_ptr), CUipcEventHandle),
-    "cuIpcGetEventHandle": (_p(CUipcEventHandle), _ptr),
     "cuEventCreate": (_p(_ptr), _uint),
     "cuEventRecord": (_ptr, _ptr),
     "cuEventSynchronize": (_ptr,),
@@ -83,6 +87,7 @@ _SIGNATURES: Dict[str, Tuple[Any, ...]] = {
     "cuStreamCreate": (_p(_ptr), _uint),
     "cuStreamDestroy_v2": (_ptr,),
     "cuStreamWaitEvent": (_ptr, _ptr, _uint),
+    "cuStreamSynchronize": (_ptr,),
     "cuMemcpyDtoH_v2": (_ptr, _u64, ctypes.c_size_t),
 }
 # Drivers older than CUDA 11.4 lack cuDeviceGetUuid_v2; same arguments.
@@ -198,12 +203,6 @@ class Driver:
         self._call("cuIpcOpenEventHandle", ctypes.byref(ev), h)
         return ev.value or 0
 
-    def ipc_event_handle(self, event: int) -> bytes:
-        """cuIpcGetEventHandle."""
-        h = CUipcEventHandle()
-        self._call("cuIpcGetEventHandle", ctypes.byref(h), ctypes.c_void_p(event))
-        return ctypes.string_at(ctypes.addressof(h), _IPC_HANDLE_SIZE)
-
     def event_create(self, flags: int) -> int:
         """cuEventCreate."""
         ev = ctypes.c_void_p()
@@ -236,6 +235,10 @@ class Driver:
         """cuStreamWaitEvent(stream, event, 0)."""
         self._call("cuStreamWaitEvent", ctypes.c_void_p(stream or None), ctypes.c_void_p(event), 0)
 
+    def stream_synchronize(self, stream: int) -> None:
+        """cuStreamSynchronize."""
+        self._call("cuStreamSynchronize", ctypes.c_void_p(stream or None))
+
     def memcpy_dtoh(self, dst: int, src: int, nbytes: int) -> None:
         """cuMemcpyDtoH_v2 (synchronous)."""
         self._call("cuMemcpyDtoH_v2", ctypes.c_void_p(dst), ctypes.c_uint64(src), nbytes)
@@ -250,6 +253,16 @@ def _handle(raw: bytes) -> bytes:
 _driver: Optional[Driver] = None
 _driver_error: Optional[NativeCudaError] = None
 _load_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have held the lock at the fork; the child
+    # has only the forking thread, so the lock would stay held forever.
+    global _load_lock
+    _load_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def load() -> Driver:
@@ -315,3 +328,24 @@ class Context:
         if self._retained:
             self._retained = False
             self.driver.release_primary(self.device)
+
+
+def ipc_files(pid: int) -> List[str]:
+    """The files the CUDA driver keeps in /dev/shm for process pid's
+    interprocess events (``cuda.shm.<uid>.<pid in lowercase hex>.<n>``);
+    a process that dies by a signal leaves them behind."""
+    return glob.glob(f"/dev/shm/cuda.shm.{os.getuid()}.{pid:x}.*")
+
+
+def remove_ipc_files(pid: int) -> List[str]:
+    """Remove process pid's :func:`ipc_files` (call it only once pid has
+    died and been reaped, so that no new process can have its number);
+    return the paths removed."""
+    removed = []
+    for path in ipc_files(pid):
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed

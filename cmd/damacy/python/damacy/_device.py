@@ -22,6 +22,16 @@ _warned: Set[Tuple[int, int]] = set()
 _warned_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have held the lock at the fork; in the
+    # child, with only the forking thread left, it would stay held.
+    global _warned_lock
+    _warned_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @dataclasses.dataclass(frozen=True)
 class Target:
     """The device to ask the server for."""

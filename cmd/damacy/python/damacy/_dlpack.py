@@ -1,26 +1,36 @@
 """DLPack capsules made in pure Python.
 
-The C structs of dlpack.h as ctypes structures, a capsule made with
-``PyCapsule_New``, and two ctypes callbacks created once and kept alive for
-the life of the module:
+The C structs of dlpack.h as ctypes structures, and capsules made with
+``PyCapsule_New``. Two functions of a capsule run in C, at moments the
+producer does not choose:
 
 - the DLPack deleter, which a consumer calls when it is done with the
-  tensor (it runs the export's ``on_delete``, once);
-- the capsule destructor, which runs the deleter when a capsule dies
+  tensor;
+- the capsule destructor, which calls the deleter when a capsule dies
   unconsumed (its name is still "dltensor" / "dltensor_versioned"); a
   consumer renames the capsules it takes to "used_dltensor" (or
   "used_dltensor_versioned") and calls the deleter itself later.
 
-ctypes cannot keep an exception that is in flight when C code invokes a
-callback (numpy, for one, frees a capsule it refused after setting its
-error): the callbacks take it out first, do their work, and hand it to
-``sys.unraisablehook`` (through ctypes) so that it is at least shown.
+Either may run while an exception is in flight: numpy frees a capsule it
+refuses (a bfloat16 one) right after setting its error, and a tensor freed
+while an exception unwinds the stack calls its deleter. A ctypes callback
+cannot run then without losing that exception (ctypes prints "Exception
+ignored ..." and the consumer fails with SystemError). So both are numpy's
+own, written in C (numpy >= 1.22; the versioned pair from numpy 2.1, older
+numpy gets DLPack 0.x capsules): the deleter frees the managed tensor with
+``PyMem_Free`` and drops the reference that its ``manager_ctx`` holds, and
+the destructor calls the deleter. The managed tensor is allocated here with
+``PyMem_Malloc``, and its ``manager_ctx`` is an owner object whose
+``__del__`` runs the export's ``on_delete``: Python saves and restores any
+exception in flight around a ``__del__``. The pair is borrowed from a
+capsule numpy makes itself, after checking that it has that layout.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+import logging
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Set, Tuple
 
 __all__ = [
     "kDLCPU",
@@ -47,6 +57,8 @@ kDLBfloat = 4
 
 #: The DLPack version of the versioned capsules made here.
 VERSION = (1, 0)
+
+logger = logging.getLogger("damacy")
 
 
 class DLDevice(ctypes.Structure):
@@ -77,9 +89,6 @@ class DLTensor(ctypes.Structure):
 
 #: void (*deleter)(DLManagedTensor*) and (DLManagedTensorVersioned*).
 DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-#: PyCapsule_Destructor: void (*)(PyObject*). The argument is a raw
-#: pointer: the capsule is being destroyed and must not be referenced.
-_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 class DLManagedTensor(ctypes.Structure):
@@ -106,22 +115,39 @@ class DLManagedTensorVersioned(ctypes.Structure):
     ]
 
 
-class _Export(NamedTuple):
-    """What one capsule's memory needs until its deleter runs."""
+class _Owner:
+    """The manager_ctx of one export: the managed tensor holds a reference
+    to it, which the deleter drops; then ``__del__`` runs on_delete, once,
+    with any exception in flight set aside by Python."""
 
-    managed: ctypes.Structure
-    shape: ctypes.Array  # type: ignore[type-arg]
-    strides: ctypes.Array  # type: ignore[type-arg]
-    on_delete: Callable[[], None]
+    __slots__ = ("_on_delete",)
+
+    def __init__(self, on_delete: Callable[[], None]) -> None:
+        self._on_delete: Optional[Callable[[], None]] = on_delete
+        _live.add(id(self))
+
+    def disarm(self) -> None:
+        """Forget on_delete (the export failed)."""
+        self._on_delete = None
+        _live.discard(id(self))
+
+    def __del__(self) -> None:
+        on_delete, self._on_delete = self._on_delete, None
+        _live.discard(id(self))
+        if on_delete is None:
+            return
+        try:
+            on_delete()
+        except BaseException:  # a deleter must never raise
+            logger.exception("a DLPack deleter failed")
 
 
-# The managed structs handed out and not deleted yet, by address.
-_exports: Dict[int, _Export] = {}
+# The ids of the owners whose deleter has not run yet.
+_live: Set[int] = set()
 
 # Capsule names live as long as the module: PyCapsule keeps the pointer.
 _NAME_V0 = ctypes.create_string_buffer(b"dltensor")
 _NAME_V1 = ctypes.create_string_buffer(b"dltensor_versioned")
-_UNCONSUMED = (b"dltensor", b"dltensor_versioned")
 
 
 def _capi(name: str, restype: Any, argtypes: Tuple[Any, ...]) -> Any:
@@ -133,54 +159,61 @@ def _capi(name: str, restype: Any, argtypes: Tuple[Any, ...]) -> Any:
     return fn
 
 
-_PyCapsule_New = _capi(
-    "PyCapsule_New", ctypes.py_object, (ctypes.c_void_p, ctypes.c_void_p, _CAPSULE_DESTRUCTOR)
-)
-_PyCapsule_GetName = _capi("PyCapsule_GetName", ctypes.c_char_p, (ctypes.c_void_p,))
-_PyCapsule_GetPointer = _capi("PyCapsule_GetPointer", ctypes.c_void_p, (ctypes.c_void_p, ctypes.c_char_p))
-_PyErr_Occurred = _capi("PyErr_Occurred", ctypes.c_void_p, ())
+_PyCapsule_New = _capi("PyCapsule_New", ctypes.py_object, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p))
+_PyCapsule_GetName = _capi("PyCapsule_GetName", ctypes.c_char_p, (ctypes.py_object,))
+_PyCapsule_GetPointer = _capi("PyCapsule_GetPointer", ctypes.c_void_p, (ctypes.py_object, ctypes.c_char_p))
+_PyCapsule_GetDestructor = _capi("PyCapsule_GetDestructor", ctypes.c_void_p, (ctypes.py_object,))
+_PyMem_Malloc = _capi("PyMem_Malloc", ctypes.c_void_p, (ctypes.c_size_t,))
+_PyMem_Free = _capi("PyMem_Free", None, (ctypes.c_void_p,))
+_Py_IncRef = _capi("Py_IncRef", None, (ctypes.py_object,))
+_Py_DecRef = _capi("Py_DecRef", None, (ctypes.py_object,))
 
 
-def _take_in_flight() -> Optional[BaseException]:
-    """The exception that was in flight when C code called back, taken out
-    so that the callback can run (None when there was none). A call through
-    ctypes.pythonapi raises the pending exception when it returns (or a
-    SystemError caused by it); PyErr_Occurred changes nothing else."""
-    try:
-        _PyErr_Occurred()
-    except BaseException as e:
-        if isinstance(e, SystemError) and e.__cause__ is not None:
-            return e.__cause__
-        return e
-    return None
+class _Functions(NamedTuple):
+    """numpy's capsule destructors and deleters (addresses; 0 for none)."""
+
+    destructor: int
+    deleter: int
+    destructor_v1: int
+    deleter_v1: int
 
 
-def _delete(address: int) -> None:
-    export = _exports.pop(address, None)
-    if export is not None:
-        export.on_delete()
+_functions: Optional[_Functions] = None
 
 
-@DELETER
-def _deleter(address: int) -> None:
-    in_flight = _take_in_flight()
-    try:
-        _delete(address)
-    finally:
-        if in_flight is not None:
-            raise in_flight
+def _borrow(capsule: object, name: bytes, struct: Any, owner: object) -> Tuple[int, int]:
+    """The destructor and deleter of numpy's capsule, checked: a capsule of
+    that name whose manager_ctx is the exported array itself."""
+    import numpy as np
+
+    got = _PyCapsule_GetName(capsule)
+    managed = struct.from_address(_PyCapsule_GetPointer(capsule, got))
+    deleter = ctypes.cast(managed.deleter, ctypes.c_void_p).value or 0
+    destructor = _PyCapsule_GetDestructor(capsule) or 0
+    if got != name or managed.manager_ctx != id(owner) or not deleter or not destructor:
+        raise BufferError(
+            f"damacy exports DLPack capsules through numpy's deleters, and numpy {np.__version__}'s "
+            f"{name.decode()} capsule does not have the expected layout"
+        )
+    return destructor, deleter
 
 
-@_CAPSULE_DESTRUCTOR
-def _capsule_destructor(capsule: int) -> None:
-    in_flight = _take_in_flight()
-    try:
-        name = _PyCapsule_GetName(capsule)
-        if name in _UNCONSUMED:
-            _delete(_PyCapsule_GetPointer(capsule, name))
-    finally:
-        if in_flight is not None:
-            raise in_flight
+def _numpy_functions() -> _Functions:
+    """numpy's pair for each capsule kind, borrowed on first use."""
+    global _functions
+    if _functions is None:
+        import numpy as np
+
+        probe = np.zeros(1, np.float32)
+        v0 = _borrow(probe.__dlpack__(), b"dltensor", DLManagedTensor, probe)
+        try:
+            versioned = probe.__dlpack__(max_version=VERSION)
+        except TypeError:  # numpy < 2.1: DLPack 0.x only
+            v1 = (0, 0)
+        else:
+            v1 = _borrow(versioned, b"dltensor_versioned", DLManagedTensorVersioned, probe)
+        _functions = _Functions(v0[0], v0[1], v1[0], v1[1])
+    return _functions
 
 
 def export(
@@ -192,44 +225,51 @@ def export(
     on_delete: Callable[[], None],
 ) -> object:
     """A capsule for the C-contiguous tensor at data: a DLPack 1.0
-    "dltensor_versioned" one when versioned, else a 0.x "dltensor" one.
-    ``device`` is (device_type, device_id), ``dtype`` (code, bits).
-    on_delete runs once, from the consumer's deleter call or from the
-    destructor of a capsule nobody consumed."""
+    "dltensor_versioned" one when versioned (and numpy has that kind),
+    else a 0.x "dltensor" one. ``device`` is (device_type, device_id),
+    ``dtype`` (code, bits). on_delete runs once, when the consumer deletes
+    the tensor or the capsule dies unconsumed; it must not raise."""
+    fns = _numpy_functions()
+    versioned = versioned and bool(fns.deleter_v1)
+    struct: Any = DLManagedTensorVersioned if versioned else DLManagedTensor
     ndim = len(shape)
-    shape_arr = (ctypes.c_int64 * ndim)(*shape)
-    strides_arr = (ctypes.c_int64 * ndim)()
+    head = ctypes.sizeof(struct)
+    size = head + 2 * ndim * ctypes.sizeof(ctypes.c_int64)
+    block = _PyMem_Malloc(size)  # one block, freed by numpy's deleter
+    if not block:
+        raise MemoryError(f"cannot allocate {size} bytes for a DLPack tensor")
+    ctypes.memset(block, 0, size)
+    shape_arr = (ctypes.c_int64 * ndim).from_address(block + head)
+    strides_arr = (ctypes.c_int64 * ndim).from_address(block + head + ndim * ctypes.sizeof(ctypes.c_int64))
     step = 1
     for i in reversed(range(ndim)):
+        shape_arr[i] = shape[i]
         strides_arr[i] = step
         step *= shape[i]
-    tensor = DLTensor(
-        data=data,
-        device=DLDevice(*device),
-        ndim=ndim,
-        dtype=DLDataType(dtype[0], dtype[1], 1),
-        shape=ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64)),
-        strides=ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64)),
-        byte_offset=0,
-    )
-    managed: ctypes.Structure
+    managed = struct.from_address(block)
+    owner = _Owner(on_delete)
+    managed.manager_ctx = id(owner)
+    managed.deleter = DELETER(fns.deleter_v1 if versioned else fns.deleter)
     if versioned:
-        managed = DLManagedTensorVersioned(
-            version=DLPackVersion(*VERSION), manager_ctx=None, deleter=_deleter, flags=0, dl_tensor=tensor
-        )
-        name = _NAME_V1
-    else:
-        managed = DLManagedTensor(dl_tensor=tensor, manager_ctx=None, deleter=_deleter)
-        name = _NAME_V0
-    address = ctypes.addressof(managed)
-    _exports[address] = _Export(managed, shape_arr, strides_arr, on_delete)
+        managed.version = DLPackVersion(*VERSION)
+    t = managed.dl_tensor
+    t.data = data
+    t.device = DLDevice(*device)
+    t.ndim = ndim
+    t.dtype = DLDataType(dtype[0], dtype[1], 1)
+    t.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))
+    t.strides = ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64))
+    _Py_IncRef(owner)  # the managed tensor's reference
+    name = _NAME_V1 if versioned else _NAME_V0
     try:
-        return _PyCapsule_New(address, ctypes.addressof(name), _capsule_destructor)
+        return _PyCapsule_New(block, ctypes.addressof(name), fns.destructor_v1 if versioned else fns.destructor)
     except BaseException:
-        del _exports[address]
+        owner.disarm()
+        _PyMem_Free(block)
+        _Py_DecRef(owner)
         raise
 
 
 def live_exports() -> int:
     """How many capsules' deleters have not run yet (for tests and leak checks)."""
-    return len(_exports)
+    return len(_live)

@@ -4,15 +4,20 @@ into this process, and the hand-back of each slot.
 - Host engine: each slot is a memfd, sent once; it is mapped once (shared,
   read-write) and the mapping is kept by slot.
 - CUDA engine: each slot is a device allocation exported with
-  cuIpcGetMemHandle and opened once (cuIpcOpenMemHandle); its ready event is
-  opened once too. A batch's consumers wait on the ready event on their
-  stream; the slot goes back with the client's per-slot "done" event,
-  recorded after the consumers' work, so the server never reuses it early
-  and the client never blocks.
+  cuIpcGetMemHandle and opened once (cuIpcOpenMemHandle); its ready event and
+  its done event, both made by the server, are opened once too
+  (cuIpcOpenEventHandle, which leaves no file in /dev/shm). A batch's
+  consumers wait on the ready event on their stream; the slot goes back
+  after the done event is recorded on the consumers' stream (or on a join
+  stream that waited for all of them), so the server never reuses it early
+  and the client never blocks. When the event cannot be opened or recorded
+  the client synchronises the consumers' streams instead: a slot is never
+  kept back.
 
 A Lease counts who still uses a batch (the Batch until released, each DLPack
 capsule until its deleter runs); the last one out sends the release. Mapped
-memory is unmapped only at close and once no lease is left.
+memory is unmapped only at close and once no lease is left. Nothing here
+raises from a release: it runs from deleters and garbage collection.
 """
 
 from __future__ import annotations
@@ -39,11 +44,13 @@ logger = logging.getLogger("damacy")
 class Lease:
     """One popped batch's claim on its slot."""
 
-    def __init__(self, engine: "Engine", batch_id: int, slot: int, ready_event: int) -> None:
+    def __init__(self, engine: "Engine", batch_id: int, slot: int, ready_event: int, done_handle: str) -> None:
         self.engine = engine
         self.batch_id = batch_id
         self.slot = slot
         self.ready_event = ready_event
+        #: The slot's done event as the server sent it (CUDA), else "".
+        self.done_handle = done_handle
         # Reentrant: a deleter may run from garbage collection on a thread
         # that is inside one of these critical sections.
         self._lock = threading.RLock()
@@ -67,7 +74,10 @@ class Lease:
             self._holders += 1
 
     def drop(self) -> None:
-        """One holder less; the last one returns the slot."""
+        """One holder less; the last one returns the slot. Never raises; in
+        a forked child it does nothing (the slot is the parent's)."""
+        if self.engine.forked:
+            return
         with self._lock:
             self._holders -= 1
             last = self._holders == 0
@@ -84,18 +94,34 @@ class Engine(abc.ABC):
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._lock = threading.RLock()  # reentrant, as Lease._lock
-        self._leases = 0
+        self._held: Dict[int, int] = {}  # batch id -> slot, of the leases not finished
         self._closing = False
+
+    @property
+    def forked(self) -> bool:
+        """Whether this is a forked child's copy of the engine."""
+        return self._conn.forked
+
+    def check_owner(self, op: str) -> None:
+        """Raise ShutdownError in a forked child, before anything else."""
+        self._conn.check_owner(op)
 
     @abc.abstractmethod
     def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, int]:
         """Map the slot of a pop's BATCH (taking ownership of fds); return
         its lease and the address of the batch's first byte."""
 
-    def _new_lease(self, batch: Mapping[str, Any], ready_event: int) -> Lease:
+    def _new_lease(self, batch: Mapping[str, Any], ready_event: int = 0, done_handle: str = "") -> Lease:
+        lease = Lease(self, int(batch["id"]), int(batch["slot"]), ready_event, done_handle)
         with self._lock:
-            self._leases += 1
-        return Lease(self, int(batch["id"]), int(batch["slot"]), ready_event)
+            self._held[lease.batch_id] = lease.slot
+        return lease
+
+    def held(self) -> List[Tuple[int, int]]:
+        """(batch id, slot) of every batch whose slot has not gone back yet
+        (a Batch not released, or a tensor still viewing it), by batch id."""
+        with self._lock:
+            return sorted(self._held.items())
 
     def before_export(self, lease: Lease, stream: Optional[int]) -> None:
         """Make a consumer's stream wait for the batch (the DLPack stream
@@ -106,29 +132,47 @@ class Engine(abc.ABC):
         return None
 
     def finish(self, lease: Lease) -> None:
-        """Send the release of a lease whose holders are all gone."""
+        """Send the release of a lease whose holders are all gone. Never
+        raises (it runs in deleters): a failure is logged, and the slot goes
+        back all the same."""
         try:
             if not self._closing:  # after close the server has gone, and its slots with it
-                self._conn.send_oneway("release", batch=lease.batch_id, **self._release_fields(lease))
+                fields: Dict[str, Any] = {}
+                try:
+                    fields = self._release_fields(lease)
+                except Exception:
+                    logger.exception("batch %d: preparing its release", lease.batch_id)
+                self._conn.send_oneway("release", batch=lease.batch_id, **fields)
+        except Exception:
+            logger.exception("batch %d: sending its release", lease.batch_id)
         finally:
             with self._lock:
-                self._leases -= 1
-                teardown = self._closing and self._leases == 0
+                self._held.pop(lease.batch_id, None)
+                teardown = self._closing and not self._held
             if teardown:
-                self._teardown()
+                self._safe_teardown()
 
     def _release_fields(self, lease: Lease) -> Dict[str, Any]:
         return {}
 
     def close(self) -> None:
-        """Free the mappings now, or when the last lease ends."""
+        """Free the mappings now, or when the last lease ends. In a forked
+        child, nothing (the mappings are the parent's too)."""
+        if self.forked:
+            return
         with self._lock:
             if self._closing:
                 return
             self._closing = True
-            teardown = self._leases == 0
+            teardown = not self._held
         if teardown:
+            self._safe_teardown()
+
+    def _safe_teardown(self) -> None:
+        try:
             self._teardown()
+        except Exception:
+            logger.exception("freeing the mappings of a closed pipeline")
 
     @abc.abstractmethod
     def _teardown(self) -> None:
@@ -188,7 +232,7 @@ class HostEngine(Engine):
             raise ProtocolError(
                 f"batch bytes [{offset}, {offset + nbytes}) outside slot {slot} of {mapped.size} bytes"
             )
-        return self._new_lease(batch, 0), mapped.address + offset
+        return self._new_lease(batch), mapped.address + offset
 
     def _teardown(self) -> None:
         with self._lock:
@@ -208,8 +252,7 @@ class CudaEngine(Engine):
         self._context = context
         self.device = (kDLCUDA, context.ordinal)
         self._mem: Dict[str, int] = {}  # mem_handle -> mapped base address
-        self._ready: Dict[str, int] = {}  # event_handle -> opened event
-        self._done: Dict[int, Tuple[int, str]] = {}  # slot -> (event, its IPC handle)
+        self._events: Dict[str, int] = {}  # event_handle or done_handle -> opened event
         self._join = 0  # a stream for releases after several streams or events
 
     def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, int]:
@@ -219,14 +262,15 @@ class CudaEngine(Engine):
             raise ProtocolError("a batch of the CUDA engine has no cuda member")
         mem, ready = str(info["mem_handle"]), str(info["event_handle"])
         with self._lock:
-            base, event = self._mem.get(mem), self._ready.get(ready)
+            base, event = self._mem.get(mem), self._events.get(ready)
             if base is None or event is None:
                 with self._context.current() as d:
                     if base is None:
                         base = self._mem[mem] = d.ipc_open_mem(bytes.fromhex(mem))
                     if event is None:
-                        event = self._ready[ready] = d.ipc_open_event(bytes.fromhex(ready))
-        return self._new_lease(batch, event), base + int(info["offset"])
+                        event = self._events[ready] = d.ipc_open_event(bytes.fromhex(ready))
+        lease = self._new_lease(batch, event, str(info.get("done_handle") or ""))
+        return lease, base + int(info["offset"])
 
     def before_export(self, lease: Lease, stream: Optional[int]) -> None:
         # None means the legacy default stream; -1, no synchronisation.
@@ -268,53 +312,67 @@ class CudaEngine(Engine):
     def _release_fields(self, lease: Lease) -> Dict[str, Any]:
         sources = [("stream", s) for s in lease.streams] + lease.after
         if not sources:
-            return {}
+            return {}  # never used on a stream: nothing to wait for
+        try:
+            self._record_done(lease, sources)
+            return {"done": True}
+        except (NativeCudaError, ProtocolError, ValueError) as e:
+            logger.warning(
+                "batch %d: cannot record the slot's done event (%s); synchronising its consumers instead",
+                lease.batch_id,
+                e,
+            )
         try:
             with self._context.current() as d:
-                with self._lock:
-                    done = self._done.get(lease.slot)
-                    if done is None:
-                        ev = d.event_create(_cuda.CU_EVENT_INTERPROCESS | _cuda.CU_EVENT_DISABLE_TIMING)
-                        done = self._done[lease.slot] = (ev, d.ipc_event_handle(ev).hex())
-                    if (len(sources) > 1 or sources[0][0] == "event") and not self._join:
-                        self._join = d.stream_create(_cuda.CU_STREAM_NON_BLOCKING)
-                if len(sources) == 1 and sources[0][0] == "stream":
-                    d.event_record(done[0], sources[0][1])
-                else:
-                    # The join stream waits for every source, then the done event.
-                    for kind, handle in sources:
-                        if kind == "stream":
-                            tmp = d.event_create(_cuda.CU_EVENT_DISABLE_TIMING)
-                            d.event_record(tmp, handle)
-                            d.stream_wait_event(self._join, tmp)
-                            d.event_destroy(tmp)  # freed once the wait is done
-                        else:
-                            d.stream_wait_event(self._join, handle)
-                    d.event_record(done[0], self._join)
+                for kind, handle in sources:
+                    if kind == "stream":
+                        d.stream_synchronize(handle)
+                    else:
+                        d.event_synchronize(handle)
         except NativeCudaError as e:
-            # Without the event the server may refill the slot while the
-            # consumer still reads it; say so rather than fail a deleter.
-            logger.error("batch %d: ordering its release after the consumer failed: %s", lease.batch_id, e)
-            return {}
-        return {"event_handle": done[1]}
+            # The slot goes back all the same: a slot kept until close would
+            # stall every later pop.
+            logger.error("batch %d: synchronising its consumers failed: %s", lease.batch_id, e)
+        return {}
+
+    def _record_done(self, lease: Lease, sources: List[Tuple[str, int]]) -> None:
+        """Record the slot's done event after the work queued on sources."""
+        if not lease.done_handle:
+            raise ProtocolError("the server sent no done_handle for this slot")
+        with self._context.current() as d:
+            with self._lock:
+                done = self._events.get(lease.done_handle)
+                if done is None:
+                    done = self._events[lease.done_handle] = d.ipc_open_event(bytes.fromhex(lease.done_handle))
+                if (len(sources) > 1 or sources[0][0] == "event") and not self._join:
+                    self._join = d.stream_create(_cuda.CU_STREAM_NON_BLOCKING)
+            if len(sources) == 1 and sources[0][0] == "stream":
+                d.event_record(done, sources[0][1])
+                return
+            # The join stream waits for every source, then the done event.
+            for kind, handle in sources:
+                if kind == "stream":
+                    tmp = d.event_create(_cuda.CU_EVENT_DISABLE_TIMING)
+                    try:
+                        d.event_record(tmp, handle)
+                        d.stream_wait_event(self._join, tmp)
+                    finally:
+                        d.event_destroy(tmp)  # freed once the wait is done
+                else:
+                    d.stream_wait_event(self._join, handle)
+            d.event_record(done, self._join)
 
     def _teardown(self) -> None:
         with self._lock:
-            mem, ready, done, join = (
-                list(self._mem.values()),
-                list(self._ready.values()),
-                list(self._done.values()),
-                self._join,
-            )
+            mem, events, join = list(self._mem.values()), list(self._events.values()), self._join
             self._mem.clear()
-            self._ready.clear()
-            self._done.clear()
+            self._events.clear()
             self._join = 0
         try:
             with self._context.current() as d:
                 for ptr in mem:
                     d.ipc_close_mem(ptr)
-                for ev in ready + [ev for ev, _ in done]:
+                for ev in events:
                     d.event_destroy(ev)
                 if join:
                     d.stream_destroy(join)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+import os
 import threading
 import weakref
 from typing import Any, Mapping, Optional
@@ -20,6 +21,16 @@ logger = logging.getLogger("damacy")
 _LEVELS = (5, logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL)
 
 _lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have held the lock at the fork; in the
+    # child, with only the forking thread left, it would stay held.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _level: Optional[int] = None  # None: the server's default (WARN)
 _connections: "weakref.WeakSet[Connection]" = weakref.WeakSet()
 

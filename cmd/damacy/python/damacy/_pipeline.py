@@ -6,7 +6,7 @@ import collections
 import numbers
 import threading
 import weakref
-from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import _cuda, _device, _log, _server
 from ._batch import Batch, BatchInfo
@@ -86,6 +86,14 @@ class _Raised:
         self.error = error
 
 
+class _Flush:
+    """A flush() in the queue of pushed iterables: the server's flush is sent
+    once every iterable pushed before it has been drained."""
+
+
+_FLUSH = _Flush()
+
+
 class Pipeline:
     """Streaming GPU data pipeline. Drive :meth:`push`, :meth:`pop`,
     :meth:`flush`.
@@ -96,7 +104,8 @@ class Pipeline:
     batch slots, which this process maps without a copy (CUDA IPC, or shared
     memory for the host engine). The server stops on :meth:`close`, when this
     object is garbage-collected, at interpreter exit, and when this process
-    dies.
+    dies (it watches the process, not the thread that made the Pipeline:
+    any thread may make one).
 
     Constructed from a :class:`Config`::
 
@@ -113,7 +122,11 @@ class Pipeline:
 
     Resource caps are fixed at construction; nothing grows after that.
     The methods may be called from several threads; batches may be
-    released from any thread.
+    released from any thread. A forked child (a DataLoader worker, say)
+    cannot use its parent's Pipeline: every method, and every method of
+    its batches, raises :class:`ShutdownError` there; make the Pipeline in
+    the child instead (with the host engine, or a CUDA engine in a child
+    that has not inherited an initialised CUDA driver).
     """
 
     def __init__(self, config: Config) -> None:
@@ -123,13 +136,14 @@ class Pipeline:
         self._closed = False
         # _intake guards the sources, _sent and _flushed_at, and is held
         # across push requests; _done changes under _counts only, which the
-        # reader thread may take (for an interrupted pop's batch).
+        # reader thread takes too (it accepts every popped batch).
         self._intake = threading.Lock()
         self._counts = threading.Lock()
-        self._sources: Deque[_Source] = collections.deque()
+        self._sources: Deque[Union[_Source, _Flush]] = collections.deque()
         self._sent = 0  # samples the server accepted
         self._done = 0  # samples in batches popped (or failed)
-        self._flushed_at = 0  # _sent at the last flush
+        self._flushed_at = 0  # _sent at the last flush sent to the server
+        self._stale = False  # an interrupted pop failed: _done needs the server's count
         self._window = config.lookahead_batches * config.batch_size
 
         target = _device.choose(config.device)
@@ -168,6 +182,8 @@ class Pipeline:
         self._server_info: Dict[str, Any] = {
             k: hello.get(k) for k in ("server", "engine", "device", "decoder", "slots", "pid")
         }
+        slots = hello.get("slots")
+        self._slots = slots if isinstance(slots, int) and not isinstance(slots, bool) else 0
         self._finalizer = weakref.finalize(self, _shut_down, conn, engine)
 
     def __repr__(self) -> str:
@@ -191,6 +207,7 @@ class Pipeline:
         return dict(self._server_info)
 
     def __enter__(self) -> "Pipeline":
+        self._conn.check_owner("__enter__")
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -203,12 +220,14 @@ class Pipeline:
         Stops the server (a :meth:`pop` blocked in another thread raises
         ShutdownError) and waits for it to exit. Tensors that still view
         batches must not be used afterwards; their capsules' deleters may
-        still run safely.
+        still run safely. In a forked child it only drops the child's copy
+        of the connection; the parent's server goes on.
         """
         self._closed = True
         self._finalizer()
 
     def _check(self, op: str) -> None:
+        self._conn.check_owner(op)  # first: in a forked child a lock may be held forever
         if self._closed:
             raise ShutdownError(f"{op}: the pipeline is closed", what=op)
 
@@ -228,9 +247,10 @@ class Pipeline:
         sample's position in its iterable; the offending iterator is
         discarded but samples accepted by earlier push calls (and the
         samples before it) are unaffected. Such an error may also come
-        from a later :meth:`pop` or :meth:`flush`, which pull the rest
-        of the iterable. An item that is not a :class:`Sample`, or an
-        exception raised by the iterable, ends the iterable the same way.
+        from a later :meth:`pop`, :meth:`flush` or :attr:`pending`, which
+        pull the rest of the iterable. An item that is not a
+        :class:`Sample`, or an exception raised by the iterable, ends the
+        iterable the same way.
         """
         self._check("push")
         if isinstance(samples, Sample):
@@ -243,48 +263,65 @@ class Pipeline:
     @property
     def pending(self) -> bool:
         """True if push() has accepted samples that haven't yet entered
-        the server's lookahead. Becomes False as :meth:`pop` frees space.
+        the server's lookahead (including the rest of a pushed iterable
+        that has not been pulled yet). Becomes False as :meth:`pop` frees
+        space.
 
         It may pull one item ahead from a pushed iterable to know.
         """
         self._check("pending")
         with self._intake:
             while self._sources:
-                if self._sources[0].has_more():
+                head = self._sources[0]
+                if isinstance(head, _Flush):
+                    self._send_flush()
+                elif head.has_more():
                     return True
-                self._sources.popleft()
+                else:
+                    self._sources.popleft()
         return bool(self._conn.request("pending").message.get("pending"))
 
     def flush(self) -> None:
-        """Ready a partial last batch for pop: everything pushed so far
-        comes out, the last batch possibly ragged (``shape[0] <
-        batch_size``). Idempotent (a flush with nothing new emits nothing).
+        """Mark the end of the samples: every sample pushed before this
+        call comes out, the last batch possibly ragged (``shape[0] <
+        batch_size``), also from iterables that are still being pulled
+        lazily: ``push(<generator of 9>); flush()`` then pops batches of 4,
+        4 and 1 with ``batch_size=4``. Idempotent (a flush with nothing new
+        emits nothing); samples pushed after it start new batches.
 
-        Unlike the reference, flush never drops samples. It marks the end of
-        what the client has taken from pushed iterables so far (up to the
-        lookahead window); samples still pending in an iterable (an infinite
-        generator, say) stay pending and come out after the ragged batch as
-        pops continue. To flush every queued sample of a finite iterable,
-        pop until :attr:`pending` reads False, then flush.
+        flush() never waits for the iterables: it pulls no more than
+        :meth:`push` does, and the end is told to the server once the
+        iterables pushed before it are drained, as pops pull them. An
+        infinite generator is never drained, so its batches keep coming
+        full and no ragged batch ever comes (nor anything pushed after it).
+        Unlike the reference, flush never drops samples.
         """
         self._check("flush")
         with self._intake:
+            if not self._sources or not isinstance(self._sources[-1], _Flush):
+                self._sources.append(_FLUSH)
             self._top_up(self._window)
-            ahead = self._sources[0].take(1)[0] if self._sources and self._sources[0].ahead else []
-            if ahead:
-                self._send(self._sources[0], ahead, self._sources[0].position - 1)
-            self._conn.request("flush")
-            self._flushed_at = self._sent
+
+    def _send_flush(self) -> None:
+        """Tell the server the end of the samples sent so far (a flush mark
+        at the head of the queue). Called with _intake held."""
+        self._conn.request("flush")
+        self._sources.popleft()
+        self._flushed_at = self._sent
 
     def _top_up(self, limit: int) -> None:
         """Send samples from the pushed iterables, in order, until limit
-        samples are in flight (sent and not popped) or the iterables end.
-        Called with _intake held."""
+        samples are in flight (sent and not popped) or the iterables end,
+        and each flush once the iterables before it are drained. Called
+        with _intake held."""
         while self._sources:
+            source = self._sources[0]
+            if isinstance(source, _Flush):
+                self._send_flush()
+                continue
             room = limit - (self._sent - self._done)
             if room <= 0:
                 return
-            source = self._sources[0]
             first = source.position
             items, error = source.take(room)
             if error is not None or source.exhausted:
@@ -314,30 +351,46 @@ class Pipeline:
         DLPack consumer) — preferably inside a ``with`` block.
 
         Tops up the server from the pushed iterables first. Raises
-        :class:`TryAgain` instead of blocking forever when no batch can
-        complete: fewer than ``batch_size`` samples are in flight, nothing
-        is left to push, and no flush covers them. A batch that failed
-        (unreadable file, corrupt chunk) raises its error; the pipeline
-        stays usable unless it is NativeCudaError or ShutdownError.
+        :class:`TryAgain` at once instead of blocking forever when no batch
+        can complete (fewer than ``batch_size`` samples in flight, nothing
+        left to push, and no flush covers them) and when every batch slot is
+        held by this process (batches not released, or tensors that still
+        view them: release one first). A batch that failed (unreadable
+        file, corrupt chunk) raises its error; the pipeline stays usable
+        unless it is NativeCudaError or ShutdownError. A pop interrupted
+        (Ctrl-C) before its batch arrives gives the batch back when it does.
         """
         self._check("pop")
+        bs = self._config.batch_size
         with self._intake:
-            self._top_up(self._window + self._config.batch_size)
+            if self._stale:
+                self._resync()
+            self._top_up(self._window + bs)
             in_flight = self._sent - self._done
-            if in_flight < self._config.batch_size and self._flushed_at <= self._done:
+            if in_flight < bs and self._flushed_at <= self._done:
                 raise TryAgain(
                     f"pop: no batch can complete: {in_flight} sample(s) in flight, batch_size "
-                    f"{self._config.batch_size}, nothing left to push and no flush; push more or flush()",
+                    f"{bs}, nothing left to push and no flush; push more or flush()",
                     what="pop",
                 )
+        held = self._engine.held()
+        if self._slots and len(held) >= self._slots:
+            raise TryAgain(
+                f"pop: all {self._slots} batch slots are held by the client (batches "
+                f"{', '.join(str(b) for b, _ in held)} in slots {', '.join(str(s) for _, s in held)}): "
+                "release one (Batch.release, or drop its tensors) before popping; "
+                f"Config.batch_slots = {self._slots}",
+                what="pop",
+            )
         try:
-            reply = self._conn.request("pop", on_abandon=self._abandoned_pop)
-        except ShutdownError:
+            batch: Batch = self._conn.request("pop", convert=self._accept, on_abandon=self._abandoned_pop)
+        except (ShutdownError, TryAgain):
             raise
         except DamacyError:
-            self._resync()
+            with self._intake:
+                self._resync()
             raise
-        return self._accept(reply)
+        return batch
 
     def batches(self, n: int) -> Iterator[Batch]:
         """Pop ``n`` batches as an iterator. Each call to :meth:`pop`
@@ -357,6 +410,9 @@ class Pipeline:
         return (self.pop() for _ in range(int(n)))
 
     def _accept(self, reply: _server.Reply) -> Batch:
+        """A pop's response as a Batch (run on the connection's reader, so
+        that the batch exists, and is released when dropped, whatever
+        happens to the thread that waits for it)."""
         message = reply.message.get("batch")
         try:
             if not isinstance(message, dict):
@@ -379,26 +435,28 @@ class Pipeline:
         info = BatchInfo(address, shape, dtype, 0, batch_id, lease.ready_event)
         return Batch(self._engine, lease, info)
 
-    def _abandoned_pop(self, reply: _server.Reply) -> None:
-        """The response of a pop whose caller was interrupted: account for
-        the batch and give it back."""
-        if reply.message.get("ok"):
-            self._accept(reply).release()
+    def _abandoned_pop(self, batch: Optional[Batch], error: Optional[BaseException]) -> None:
+        """The result of a pop whose caller was interrupted: give the batch
+        back, or note that a failed batch's samples need counting."""
+        if batch is not None:
+            batch.release()
+        elif isinstance(error, DamacyError) and not isinstance(error, (ShutdownError, TryAgain)):
+            self._stale = True
 
     def _resync(self) -> None:
         """After a failed batch: the server's count of samples in flight
-        says how many the failure consumed."""
-        with self._intake:
-            try:
-                stats = self._conn.request("stats").message.get("stats") or {}
-            except DamacyError:
-                return
-            in_flight = stats.get("samples_in_flight")
-            with self._counts:
-                if isinstance(in_flight, int):
-                    self._done = self._sent - in_flight
-                else:
-                    self._done += min(self._config.batch_size, self._sent - self._done)
+        says how many the failure consumed. Called with _intake held."""
+        self._stale = False
+        try:
+            stats = self._conn.request("stats").message.get("stats") or {}
+        except DamacyError:
+            return
+        in_flight = stats.get("samples_in_flight")
+        with self._counts:
+            if isinstance(in_flight, int):
+                self._done = self._sent - in_flight
+            else:
+                self._done += min(self._config.batch_size, self._sent - self._done)
 
     # Stats.
 

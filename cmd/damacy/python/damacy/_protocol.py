@@ -1,4 +1,4 @@
-"""The ``damacy serve`` protocol, version 1 (PROTOCOL.md): framing and the
+"""The ``damacy serve`` protocol, version 2 (PROTOCOL.md): framing and the
 shapes of the client's messages.
 
 A frame is a 4-byte little-endian length L (1 <= L <= 16 MiB) and L bytes of
@@ -26,7 +26,7 @@ __all__ = [
     "sample_message",
 ]
 
-VERSION = 1
+VERSION = 2
 MAX_FRAME = 16 << 20
 _LENGTH = struct.Struct("<I")
 

@@ -2,49 +2,63 @@
 
 A Pipeline owns one ``damacy serve`` process, started over a socketpair, and
 one Connection: a reader thread that receives every frame (with its
-descriptors), hands each response to the request that waits for it and each
-log record to :mod:`logging`, and fails every waiter with ShutdownError when
-the stream ends. Requests wait for their response while watching the
-process, so a dead server is an exception, never a hang. Releases are
-one-way frames that any thread may send at any moment (DLPack deleters run
-inside garbage collection): they never wait on a lock that a waiting
-request holds.
+descriptors), turns each response into what its request returns (a pop's
+Batch is made there, so that no interrupt in the waiting thread can drop
+it) and hands it over, sends each log record to :mod:`logging`, and fails
+every waiter with ShutdownError when the stream ends. Requests wait for
+their response while watching the process, so a dead server is an
+exception, never a hang. Releases are one-way frames that any thread may
+send at any moment (DLPack deleters run inside garbage collection): they
+never wait on a lock that a waiting request holds.
+
+The server watches the client *process* (``--parent-pid``), so any thread
+may start it. A forked child inherits the connection but must not use it:
+every entry point checks the owner's pid first, before it takes a lock (a
+lock may have been held by a thread of the parent at the fork, and stays
+held in the child) or touches the socket.
 """
 
 from __future__ import annotations
 
 import array
 import collections
-import concurrent.futures
 import logging
 import os
 import signal
 import socket
 import subprocess
 import threading
-import weakref
 from typing import Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from ._errors import ShutdownError, error_from_wire
+from . import _cuda
+from ._errors import DamacyError, ShutdownError, error_from_wire
 from ._protocol import FrameDecoder, ProtocolError, encode, fd_count
 
-__all__ = ["Reply", "Connection", "ServerProcess", "binary_path", "close_fds", "launch"]
+__all__ = ["Reply", "Connection", "ServerProcess", "binary_path", "close_fds", "forked_message", "launch"]
 
 logger = logging.getLogger("damacy")
 
 _RECV_BYTES = 1 << 16
 _ANC_SPACE = socket.CMSG_SPACE(64 * array.array("i").itemsize)
 _POLL_S = 0.2  # how often a waiting request looks at the server process
-_CLOSE_REPLY_S = 10.0  # how long close waits for the server's answer
-_EXIT_S = 5.0  # how long the server may take to exit before SIGTERM, then SIGKILL
+# The timeouts nest inside the server's: it closes its pipeline within 5 s
+# of a close request (or a signal), so the client waits 10 s for the answer,
+# then 5 s for the exit before SIGTERM, then 5 s before SIGKILL.
+_CLOSE_REPLY_S = 10.0
+_EXIT_S = 5.0
 
 
 class Reply(NamedTuple):
-    """A successful response and the descriptors its frame carried (the
-    receiver owns them)."""
+    """A response and the descriptors its frame carried (the receiver owns
+    them)."""
 
     message: Dict[str, Any]
     fds: List[int]
+
+
+#: What an interrupted request's result goes to: (value, error), one of
+#: them None; value is what the request would have returned.
+Abandon = Callable[[Any, Optional[BaseException]], None]
 
 
 def close_fds(fds: List[int]) -> None:
@@ -56,25 +70,48 @@ def close_fds(fds: List[int]) -> None:
             pass
 
 
+def _drop_reply(value: Any, error: Optional[BaseException]) -> None:
+    if isinstance(value, Reply):
+        close_fds(value.fds)
+
+
+def forked_message(owner: int, pid: int) -> str:
+    """Why process pid, a fork of owner, cannot use owner's pipeline."""
+    return (
+        f"this pipeline belongs to process {owner} and process {pid} is a fork of it: a forked child "
+        "cannot use its parent's pipeline (its server, socket and mappings belong to the parent); "
+        "create the Pipeline in the worker process (for a DataLoader, in worker_init_fn or the "
+        "dataset's first __iter__)"
+    )
+
+
 class _Call:
     """One request waiting for its response."""
 
-    __slots__ = ("done", "reply", "on_abandon")
+    __slots__ = ("op", "done", "convert", "finished", "value", "error", "on_abandon")
 
-    def __init__(self) -> None:
+    def __init__(self, op: str, convert: Optional[Callable[[Reply], Any]]) -> None:
+        self.op = op
         self.done = threading.Event()
-        self.reply: Optional[Reply] = None
-        self.on_abandon: Optional[Callable[[Reply], None]] = None
+        self.convert = convert
+        self.finished = False  # value or error is set
+        self.value: Any = None
+        self.error: Optional[BaseException] = None
+        self.on_abandon: Optional[Abandon] = None
 
 
 class ServerProcess:
     """A running ``damacy serve``: its exit status and the tail of its
     stderr (each line also goes to the "damacy" logger as a warning: the
-    server writes there only what it could not send as a log message)."""
+    server writes there only what it could not send as a log message).
+
+    Once the process has died by a signal it could not clean up after, the
+    files the CUDA driver kept in /dev/shm for it are removed here."""
 
     def __init__(self, popen: "subprocess.Popen[bytes]") -> None:
         self._popen = popen
         self.pid: int = popen.pid
+        self._swept = False
         self._tail: Deque[str] = collections.deque(maxlen=20)
         self._stderr = threading.Thread(
             target=self._read_stderr, name=f"damacy-serve-{popen.pid}-stderr", daemon=True
@@ -90,15 +127,25 @@ class ServerProcess:
                 self._tail.append(line)
                 logger.warning("damacy serve: %s", line)
 
+    def _reaped(self, code: Optional[int]) -> Optional[int]:
+        """After a wait: a process killed by a signal (SIGKILL) could not
+        remove its /dev/shm files; do it for it."""
+        if code is not None and code < 0 and not self._swept:
+            self._swept = True
+            removed = _cuda.remove_ipc_files(self.pid)
+            if removed:
+                logger.info("removed %s, left by damacy serve (pid %d)", ", ".join(removed), self.pid)
+        return code
+
     def poll(self) -> Optional[int]:
         """The exit status, or None while the process runs."""
-        return self._popen.poll()
+        return self._reaped(self._popen.poll())
 
     def describe_exit(self, wait: float) -> str:
         """How the process ended (waiting up to wait seconds for it), with
         the end of its stderr."""
         try:
-            code: Optional[int] = self._popen.wait(wait)
+            code: Optional[int] = self._reaped(self._popen.wait(wait))
         except subprocess.TimeoutExpired:
             code = None
         if code is None:
@@ -127,12 +174,12 @@ class ServerProcess:
                 except OSError:
                     pass
             try:
-                self._popen.wait(_EXIT_S)
+                self._reaped(self._popen.wait(_EXIT_S))
                 break
             except subprocess.TimeoutExpired:
                 continue
         else:
-            self._popen.wait()
+            self._reaped(self._popen.wait())
         self._stderr.join(1.0)
 
 
@@ -148,7 +195,7 @@ class Connection:
         self._sock = sock
         self.process = process
         self._on_log = on_log
-        self._owner_pid = os.getpid()
+        self.owner_pid = os.getpid()
         self._send_lock = threading.Lock()  # held only for one sendall of a whole frame
         self._outbox: Deque[bytes] = collections.deque()  # one-way frames not sent yet
         self._lock = threading.Lock()  # guards the fields below
@@ -158,8 +205,18 @@ class Connection:
         self._closing = False
         self._closed = False
         self._reader = threading.Thread(target=self._read_loop, name="damacy-reader", daemon=True)
-        _live.add(self)
         self._reader.start()
+
+    @property
+    def forked(self) -> bool:
+        """Whether this is a forked child's copy of the connection."""
+        return os.getpid() != self.owner_pid
+
+    def check_owner(self, op: str) -> None:
+        """Raise ShutdownError in a forked child (before any lock or call)."""
+        pid = os.getpid()
+        if pid != self.owner_pid:
+            raise ShutdownError(f"{op}: {forked_message(self.owner_pid, pid)}", what=op)
 
     # Requests.
 
@@ -167,47 +224,52 @@ class Connection:
         self,
         op: str,
         *,
-        on_abandon: Optional[Callable[[Reply], None]] = None,
+        convert: Optional[Callable[[Reply], Any]] = None,
+        on_abandon: Optional[Abandon] = None,
         timeout: Optional[float] = None,
         **fields: Any,
-    ) -> Reply:
-        """Send request op with fields and wait for its response.
+    ) -> Any:
+        """Send request op with fields, wait for its response and return it:
+        the Reply, or what convert made of a successful one. convert runs on
+        the reader thread, as soon as the response arrives, so the result
+        exists even if this call is interrupted; an exception from convert
+        is raised here.
 
         An error response raises the matching DamacyError; a connection
         that ends (or, with timeout, no response in time) raises
-        ShutdownError. When the wait is interrupted (KeyboardInterrupt),
-        on_abandon receives the response once it arrives (the default
-        closes its descriptors).
+        ShutdownError. When the wait is interrupted (KeyboardInterrupt) or
+        times out, on_abandon receives (result, error) once the response is
+        in (the default closes a Reply's descriptors).
         """
-        call = _Call()
+        self.check_owner(op)
+        call = _Call(op, convert)
         with self._lock:
             if self._failure is not None:
                 raise ShutdownError(f"{op}: {self._failure}", what=op)
-            if os.getpid() != self._owner_pid:
-                raise ShutdownError(f"{op}: {_forked_message(self._owner_pid)}", what=op)
             request_id = self._next_id
             self._next_id += 1
             self._calls[request_id] = call
         frame = encode({"id": request_id, "op": op, **fields})
         try:
             with self._send_lock:
+                # One-way frames queued before this request go first: a pop
+                # sent after a release that freed its slot must not pass it.
+                self._send_outbox()
                 self._sock.sendall(frame, socket.MSG_NOSIGNAL)
         except OSError as e:
+            self._outbox.clear()
             self._fail(f"cannot send to the server: {e}")
         self._drain()
-        self._wait(call, on_abandon or (lambda reply: close_fds(reply.fds)), timeout)
-        reply = call.reply
-        if reply is None:
+        self._wait(call, on_abandon or _drop_reply, timeout)
+        if not call.finished:
             if self._failure is None:
                 raise ShutdownError(f"{op}: no answer from the server within {timeout} s", what=op)
             raise ShutdownError(f"{op}: {self._failure}", what=op)
-        if not reply.message.get("ok"):
-            close_fds(reply.fds)
-            error = reply.message.get("error")
-            raise error_from_wire(error if isinstance(error, Mapping) else {}, op)
-        return reply
+        if call.error is not None:
+            raise call.error
+        return call.value
 
-    def _wait(self, call: _Call, on_abandon: Callable[[Reply], None], timeout: Optional[float]) -> None:
+    def _wait(self, call: _Call, on_abandon: Abandon, timeout: Optional[float]) -> None:
         waited = 0.0
         try:
             while not call.done.wait(_POLL_S):
@@ -223,15 +285,17 @@ class Connection:
             self._abandon(call, on_abandon)
             raise
 
-    def _abandon(self, call: _Call, on_abandon: Callable[[Reply], None]) -> None:
-        """Hand call's response to on_abandon: now if it has come, else
-        from the reader when it comes."""
+    def _abandon(self, call: _Call, on_abandon: Abandon) -> None:
+        """Hand call's result to on_abandon: now if it is in, else from the
+        reader when it comes."""
         with self._lock:
-            reply = call.reply
-            if reply is None:
+            finished = call.finished
+            if not finished:
                 call.on_abandon = on_abandon
-        if reply is not None:
-            on_abandon(reply)
+        if finished:
+            value, error = call.value, call.error
+            call.value = call.error = None
+            on_abandon(value, error)
 
     # One-way messages.
 
@@ -239,8 +303,8 @@ class Connection:
         """Send a one-way message from any thread, at any point. It never
         blocks on a lock: when another thread is mid-send, that thread sends
         it. Dropped when the connection has ended (the server has released
-        everything then)."""
-        if self._failure is not None or os.getpid() != self._owner_pid:
+        everything then) and in a forked child."""
+        if self._failure is not None or self.forked:
             return
         self._outbox.append(encode({"op": op, **fields}))
         self._drain()
@@ -250,17 +314,21 @@ class Connection:
             if not self._send_lock.acquire(blocking=False):
                 return  # the holder drains after its send
             try:
-                while True:
-                    try:
-                        frame = self._outbox.popleft()
-                    except IndexError:
-                        break
-                    self._sock.sendall(frame, socket.MSG_NOSIGNAL)
+                self._send_outbox()
             except OSError:
                 self._outbox.clear()  # the reader reports the end of the connection
                 return
             finally:
                 self._send_lock.release()
+
+    def _send_outbox(self) -> None:
+        """Send the queued one-way frames (with _send_lock held)."""
+        while True:
+            try:
+                frame = self._outbox.popleft()
+            except IndexError:
+                return
+            self._sock.sendall(frame, socket.MSG_NOSIGNAL)
 
     # The reader.
 
@@ -303,37 +371,61 @@ class Connection:
         request_id = message.get("id")
         if request_id is None:
             close_fds(fds)
-            if message.get("op") == "log":
-                try:
-                    self._on_log(message)
-                except Exception:  # a broken log handler must not stop the reader
-                    logger.exception("forwarding a server log record")
-            else:
-                logger.debug("ignoring a one-way message from the server: %r", message.get("op"))
+            self._one_way(message)
             return
         with self._lock:
             call = self._calls.pop(request_id, None)
-            handler = None
-            if call is not None:
-                call.reply = Reply(message, fds)
-                handler = call.on_abandon
         if call is None:
             close_fds(fds)
             logger.warning("ignoring a response to no request (id %r)", request_id)
-        elif handler is not None:
+            return
+        value: Any = None
+        error: Optional[BaseException] = None
+        reply = Reply(message, fds)
+        if not message.get("ok"):
+            close_fds(fds)
+            wire = message.get("error")
+            error = error_from_wire(wire if isinstance(wire, Mapping) else {}, call.op)
+        elif call.convert is not None:
             try:
-                handler(call.reply)  # type: ignore[arg-type]
-            except Exception:
-                logger.exception("handling the response to an interrupted request")
+                value = call.convert(reply)
+            except Exception as e:  # the waiter raises it
+                error = e
         else:
+            value = reply
+        with self._lock:
+            call.value, call.error, call.finished = value, error, True
+            handler = call.on_abandon
+        if handler is None:
             call.done.set()
+            return
+        call.value = call.error = None
+        try:
+            handler(value, error)
+        except Exception:
+            logger.exception("handling the response to an interrupted request")
 
-    def _fail(self, reason: str) -> None:
+    def _one_way(self, message: Dict[str, Any]) -> None:
+        op = message.get("op")
+        if op == "log":
+            try:
+                self._on_log(message)
+            except Exception:  # a broken log handler must not stop the reader
+                logger.exception("forwarding a server log record")
+        elif op == "closing":
+            # The server's last frame before it closes the socket: why it stops.
+            status = str(message.get("status") or "SHUTDOWN")
+            reason = str(message.get("reason") or "no reason given")
+            self._fail(f"the server stopped ({status}): {reason}", describe=False)
+        else:
+            logger.debug("ignoring a one-way message from the server: %r", op)
+
+    def _fail(self, reason: str, describe: bool = True) -> None:
         if self._failure is not None:
             return
         if self._closing:
             reason = "the pipeline is closed"
-        elif self.process is not None:
+        elif describe and self.process is not None:
             reason = f"{reason}: {self.process.describe_exit(2.0)}"
         with self._lock:
             if self._failure is not None:
@@ -349,20 +441,19 @@ class Connection:
     def close(self) -> None:
         """Ask the server to close, end the connection, and make sure the
         process has exited. Idempotent; in a forked child it only drops the
-        child's copy of the socket."""
+        child's copy of the socket (the parent's server goes on)."""
+        if self.forked:
+            self._forget()
+            return
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        _live.discard(self)
-        if os.getpid() != self._owner_pid:
-            self._forget()
-            return
         self._closing = True
         if self._failure is None:
             try:
                 self.request("close", timeout=_CLOSE_REPLY_S)
-            except ShutdownError:
+            except DamacyError:
                 pass  # it has gone, or does not answer: it is stopped below
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
@@ -376,34 +467,15 @@ class Connection:
             self.process.stop()
 
     def _forget(self) -> None:
-        """In a forked child: drop the inherited socket without touching
-        the parent's connection (no shutdown, no messages)."""
-        with self._lock:
-            if self._failure is None:
-                self._failure = _forked_message(self._owner_pid)
+        """In a forked child: close the child's copy of the socket, taking
+        no lock (one may be held by a thread that exists only in the
+        parent) and sending nothing."""
         try:
-            os.close(self._sock.detach())
+            fd = self._sock.detach()
         except OSError:
-            pass
-
-
-def _forked_message(owner: int) -> str:
-    return (
-        f"this pipeline belongs to process {owner}; a forked child cannot use it "
-        "(create a Pipeline in the child)"
-    )
-
-
-_live: "weakref.WeakSet[Connection]" = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for conn in list(_live):
-        conn._forget()
-    _live.clear()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
+            return
+        if fd >= 0:
+            close_fds([fd])
 
 
 # Starting a server.
@@ -425,42 +497,24 @@ def binary_path() -> str:
     return path
 
 
-_spawner: Optional[concurrent.futures.ThreadPoolExecutor] = None
-_spawner_lock = threading.Lock()
-
-
-def _popen(args: List[str], **kwargs: Any) -> "subprocess.Popen[bytes]":
-    """subprocess.Popen, run on a thread that lives as long as the process.
-
-    The server asks for SIGTERM when its parent dies (PR_SET_PDEATHSIG),
-    and for Linux the parent is the *thread* that forked it: a Pipeline
-    made on a short-lived thread would lose its server when that thread
-    ends. The main thread, or one long-lived spawner thread, forks instead.
-    """
-    if threading.current_thread() is threading.main_thread():
-        return subprocess.Popen(args, **kwargs)
-    global _spawner
-    with _spawner_lock:
-        if _spawner is None:
-            _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="damacy-spawner")
-    return _spawner.submit(subprocess.Popen, args, **kwargs).result()  # type: ignore[arg-type,return-value]
-
-
 def launch() -> Tuple[socket.socket, Optional[ServerProcess]]:
-    """Start ``damacy serve --fd N`` on one end of a new socketpair; return
-    the other end and the process."""
+    """Start ``damacy serve --fd N --parent-pid P`` on one end of a new
+    socketpair, from any thread; return the other end and the process.
+
+    The server exits when process P (this one, not the calling thread)
+    dies, so a Pipeline made on a short-lived thread keeps its server."""
     binary = binary_path()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         fd = theirs.fileno()
-        popen = _popen(
-            [binary, "serve", "--fd", str(fd)],
+        popen = subprocess.Popen(
+            [binary, "serve", "--fd", str(fd), "--parent-pid", str(os.getpid())],
             pass_fds=(fd,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             # Terminal signals (Ctrl-C) go to the trainer, which decides;
-            # the server follows through the socket and its parent-death signal.
+            # the server follows through the socket and its parent watch.
             start_new_session=True,
         )
     except BaseException:

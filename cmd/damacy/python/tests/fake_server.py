@@ -1,17 +1,26 @@
 """A fake ``damacy serve`` for the client's tests.
 
-It speaks the protocol (PROTOCOL.md, version 1) with a host engine whose
+It speaks the protocol (PROTOCOL.md, version 2) with a host engine whose
 batches are numpy data (refdata.pattern) written into memfd slots, and
 records what the client sent. It runs in the test process on one end of a
 socketpair (FakeServer), or as a process started by the client
-(``python fake_server.py serve --fd N``, through a wrapper script named by
-DAMACY_BINARY).
+(``python fake_server.py serve --fd N --parent-pid P``, through a wrapper
+script named by DAMACY_BINARY), which exits with status 1 when P is not its
+parent and when its parent dies.
 
 A hello for a cuda device gets a stand-in CUDA engine for
 tests/stub_cuda.c: the same memfd slots, named by IPC "handles" that the
-stub driver maps. Special uris: "missing*" fails push with NOTFOUND; "corrupt*" makes its batch
-fail at pop with DECODE. With env DAMACY_FAKE_EXIT_ON_POP=N the process
-writes a line to stderr and exits with status N on the first pop.
+stub driver maps, with "ready SLOT" and "done SLOT" event handles. A pop
+answers AGAIN at once when no batch can complete or every slot is held by
+the client. Special uris: "missing*" fails push with NOTFOUND; "corrupt*"
+makes its batch fail at pop with DECODE.
+
+The process reads its environment: DAMACY_FAKE_EXIT_ON_POP=N writes a line
+to stderr and exits with status N on the first pop; DAMACY_FAKE_HOLD_POPS=1
+never answers a pop; DAMACY_FAKE_CLOSING=TEXT sends ``closing`` with TEXT on
+the first pop, then closes; DAMACY_FAKE_SHM=1 makes a file in /dev/shm named
+as the CUDA driver names a process's interprocess-event file, removed when
+the process exits cleanly.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -38,13 +48,15 @@ _FLUSH = object()
 class FakeServer:
     """One client's session, on sock."""
 
-    def __init__(self, sock: socket.socket, *, slots: int = 2) -> None:
+    def __init__(self, sock: socket.socket, *, slots: int = 2, hold_pops: bool = False) -> None:
         self.sock = sock
         self.slots = slots
         self.received: List[Dict[str, Any]] = []  # every message, in order
         self.releases: List[Dict[str, Any]] = []
+        self.violations: List[str] = []  # what the client sent that version 2 does not allow
         self.pop_gate = threading.Event()  # cleared: pops wait
-        self.pop_gate.set()
+        if not hold_pops:
+            self.pop_gate.set()
         self.config: Dict[str, Any] = {}
         self.device: Dict[str, Any] = {}
         self.engine = "host"
@@ -121,6 +133,13 @@ class FakeServer:
         except OSError:
             pass
 
+    def send_closing(self, status: str, reason: str) -> None:
+        """Send the one-way closing message, then end the connection (as
+        the server does when it stops for its own reasons)."""
+        self.send({"op": "closing", "status": status, "reason": reason})
+        self._stop()
+        self.die()
+
     def _stop(self) -> None:
         with self._cv:
             self.closed = True
@@ -144,6 +163,9 @@ class FakeServer:
         op = m.get("op")
         if op == "release":
             self.releases.append(m)
+            extra = set(m) - {"op", "batch", "done"}
+            if extra or m.get("done", True) is not True:
+                self.violations.append(f"release with {sorted(extra)} done={m.get('done')!r}")
             with self._cv:
                 slot = self._held.pop(m["batch"], None)
                 if slot is not None:
@@ -152,8 +174,8 @@ class FakeServer:
             return False
         if op == "hello":
             self.config, self.device = m["config"], m["device"]
-            if m.get("version") != 1:
-                self._fail(m, "INVAL", f"protocol version {m.get('version')}: this server speaks version 1")
+            if m.get("version") != 2:
+                self._fail(m, "INVAL", f"protocol version {m.get('version')}: this server speaks version 2")
                 return False
             if self.config["batch_size"] < 1:
                 self._fail(m, "INVAL", "config.batch_size must be >= 1")
@@ -167,7 +189,7 @@ class FakeServer:
             )
             self._reply(
                 m,
-                version=1,
+                version=2,
                 server="damacy fake",
                 engine=self.engine,
                 device=device,
@@ -214,6 +236,9 @@ class FakeServer:
                 sys.stderr.write("fake serve: exiting on pop as asked\n")
                 sys.stderr.flush()
                 os._exit(int(os.environ["DAMACY_FAKE_EXIT_ON_POP"]))
+            if os.environ.get("DAMACY_FAKE_CLOSING"):
+                self.send_closing("SHUTDOWN", os.environ["DAMACY_FAKE_CLOSING"])
+                return True
             with self._cv:
                 self._pops.append(m["id"])
                 self._cv.notify_all()
@@ -286,13 +311,15 @@ class FakeServer:
                     return
             self.pop_gate.wait()
             with self._cv:
-                while not self.closed and (not self._free or self._peek_batch() is None):
-                    self._cv.wait()
                 if self.closed:
                     continue
                 pop_id = self._pops.pop(0)
-                samples = self._take_batch()
-                assert samples is not None
+                again = self._again()
+                samples = None if again else self._take_batch()
+                if again or samples is None:
+                    error = {"status": "AGAIN", "what": "pop", "message": again or "pop: no batch can complete"}
+                    self.send({"id": pop_id, "ok": False, "error": error})
+                    continue
                 self.delivered += len(samples)
                 if any(s["uri"].startswith("corrupt") for s in samples):
                     bad = next(s["uri"] for s in samples if s["uri"].startswith("corrupt"))
@@ -310,11 +337,25 @@ class FakeServer:
                 self._held[batch_id] = slot
             self._deliver(pop_id, batch_id, slot, samples)
 
-    def _peek_batch(self) -> Optional[bool]:
+    def _again(self) -> str:
+        """Why the pop starting now cannot complete, or "" (called with _cv)."""
+        if not self._free:
+            held = sorted(self._held.items())
+            return (
+                f"pop: all {self.slots} batch slots are held by the client (batches "
+                f"{', '.join(str(b) for b, _ in held)} in slots {', '.join(str(s) for _, s in held)}): "
+                f"release one (Batch.release, or drop its tensors) before popping; Config.batch_slots = {self.slots}"
+            )
         queue = list(self._queue)
         taken = self._take_batch()
         self._queue = queue
-        return True if taken is not None else None
+        if taken is None:
+            n = sum(1 for s in queue if s is not _FLUSH)
+            return (
+                f"pop: no batch can complete: {n} sample(s) in flight, batch_size {self.config['batch_size']}, "
+                "no flush; push more or flush"
+            )
+        return ""
 
     def _deliver(self, pop_id: int, batch_id: int, slot: int, samples: List[Dict[str, Any]]) -> None:
         bf16 = self.config["dtype"] == "bf16"
@@ -346,6 +387,7 @@ class FakeServer:
                 "mem_handle": _handle(f"memfd {os.getpid()} {self._fds[slot]} {size}"),
                 "offset": 0,
                 "event_handle": _handle(f"ready {slot}"),
+                "done_handle": _handle(f"done {slot}"),
             }
         elif slot not in self._fd_sent:
             self._fd_sent.add(slot)
@@ -373,14 +415,37 @@ def _handle(text: str) -> str:
     return raw.ljust(64, b"\x5a").hex()
 
 
+def shm_file(pid: int) -> str:
+    """The name the CUDA driver gives a process's interprocess-event file."""
+    return f"/dev/shm/cuda.shm.{os.getuid()}.{pid:x}.0"
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.1)
+    sys.stderr.write(f"fake serve: parent {parent} died\n")
+    sys.stderr.flush()
+    os._exit(1)
+
+
 def main(argv: List[str]) -> int:
-    if len(argv) != 3 or argv[0] != "serve" or argv[1] != "--fd":
-        sys.stderr.write(f"usage: fake_server.py serve --fd N (got {argv})\n")
+    if len(argv) != 5 or argv[0] != "serve" or argv[1] != "--fd" or argv[3] != "--parent-pid":
+        sys.stderr.write(f"usage: fake_server.py serve --fd N --parent-pid P (got {argv})\n")
         return 2
+    parent = int(argv[4])
+    if os.getppid() != parent:
+        sys.stderr.write(f"fake serve: --parent-pid {parent} is not the parent ({os.getppid()})\n")
+        return 1
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    shm = shm_file(os.getpid()) if os.environ.get("DAMACY_FAKE_SHM") else ""
+    if shm:
+        open(shm, "wb").close()
     sock = socket.socket(fileno=int(argv[2]))
-    server = FakeServer(sock)
+    server = FakeServer(sock, hold_pops=bool(os.environ.get("DAMACY_FAKE_HOLD_POPS")))
     server._reader.join()
     server._popper.join(5)
+    if shm:
+        os.unlink(shm)
     return 0
 
 

@@ -10,7 +10,12 @@
  * - "device memory" is host memory: an IPC memory handle is the text
  *   "memfd PID FD SIZE" (the fake server's slot), opened by mapping
  *   /proc/PID/fd/FD; cuMemcpyDtoH is memcpy;
- * - events and streams are counters; an event's IPC handle is "event 0x..";
+ * - events and streams are counters; an event opened from an IPC handle
+ *   remembers the handle's text ("ready 0", "done 1": the fake server's);
+ * - STUB_CUDA_FAIL_OPEN=PREFIX makes cuIpcOpenEventHandle fail for handles
+ *   whose text starts with PREFIX, and STUB_CUDA_FAIL_RECORD=PREFIX makes
+ *   cuEventRecord fail on events opened from such handles (both read at
+ *   each call, so a test may set them midway);
  *
  * and appends one line per call to the file named by STUB_CUDA_LOG, for the
  * tests to check what was called, in which order, with which handles.
@@ -44,6 +49,8 @@ static int handle_intact(const ipc_handle *h) {
 }
 
 static __thread uintptr_t current;
+static struct { uintptr_t event; char text[65]; } opened[256];
+static int nopened;
 static int refs[NDEV];
 static uintptr_t next_event = 0x50000, next_stream = 0x60000;
 static struct { uint64_t ptr; size_t size; } maps[64];
@@ -142,21 +149,29 @@ int cuIpcCloseMemHandle(uint64_t ptr) {
     return INVALID_VALUE;
 }
 
+/* fails reports whether the environment variable name holds a prefix of text. */
+static int fails(const char *name, const char *text) {
+    const char *prefix = getenv(name);
+    return prefix && *prefix && strncmp(text, prefix, strlen(prefix)) == 0;
+}
+
 int cuIpcOpenEventHandle(uintptr_t *event, ipc_handle h) {
     NEED_CONTEXT();
     if (!handle_intact(&h)) return INVALID_VALUE;
     char text[65];
     memcpy(text, h.reserved, 64);
     text[64] = 0;
+    if (fails("STUB_CUDA_FAIL_OPEN", text)) {
+        logf_("cuIpcOpenEventHandle %s: failed as asked", text);
+        return INVALID_VALUE;
+    }
     *event = __sync_fetch_and_add(&next_event, 1);
+    int i = __sync_fetch_and_add(&nopened, 1);
+    if (i < 256) {
+        opened[i].event = *event;
+        memcpy(opened[i].text, text, sizeof text);
+    }
     logf_("cuIpcOpenEventHandle %s -> 0x%lx", text, (unsigned long)*event);
-    return OK;
-}
-
-int cuIpcGetEventHandle(ipc_handle *h, uintptr_t event) {
-    NEED_CONTEXT();
-    memset(h->reserved, 0, 64);
-    snprintf(h->reserved, 64, "event 0x%lx", (unsigned long)event);
     return OK;
 }
 
@@ -169,6 +184,12 @@ int cuEventCreate(uintptr_t *event, unsigned flags) {
 
 int cuEventRecord(uintptr_t event, uintptr_t stream) {
     NEED_CONTEXT();
+    for (int i = 0; i < nopened && i < 256; i++) {
+        if (opened[i].event == event && fails("STUB_CUDA_FAIL_RECORD", opened[i].text)) {
+            logf_("cuEventRecord 0x%lx 0x%lx: failed as asked", (unsigned long)event, (unsigned long)stream);
+            return INVALID_VALUE;
+        }
+    }
     logf_("cuEventRecord 0x%lx 0x%lx", (unsigned long)event, (unsigned long)stream);
     return OK;
 }
@@ -201,6 +222,12 @@ int cuStreamDestroy_v2(uintptr_t stream) {
 int cuStreamWaitEvent(uintptr_t stream, uintptr_t event, unsigned flags) {
     NEED_CONTEXT();
     logf_("cuStreamWaitEvent 0x%lx 0x%lx %u", (unsigned long)stream, (unsigned long)event, flags);
+    return OK;
+}
+
+int cuStreamSynchronize(uintptr_t stream) {
+    NEED_CONTEXT();
+    logf_("cuStreamSynchronize 0x%lx", (unsigned long)stream);
     return OK;
 }
 

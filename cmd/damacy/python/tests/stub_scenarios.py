@@ -102,15 +102,17 @@ def current_context_is_used():
 
 def export_and_release():
     """The DLPack export waits on the ready event on the consumer stream; the
-    release, after the deleter, carries the slot's done event, recorded on
-    that stream; nothing is called without a current context, whichever
-    thread runs the deleter; close frees everything."""
+    release, after the deleter, records the slot's done event (the server's,
+    opened once per slot) on that stream and says so; nothing is called
+    without a current context, whichever thread runs the deleter; the
+    client makes no interprocess event; close frees everything."""
     with damacy.Pipeline(cfg()) as p:
-        p.push(sample(i) for i in range(8))
+        p.push(sample(i) for i in range(10))
         b = p.pop()
         assert b.__dlpack_device__() == (2, 1)
         np.testing.assert_array_equal(b.numpy(), expected(0, 2))  # cuMemcpyDtoH after the ready event
         ready = calls("cuIpcOpenEventHandle")[0].split()[-1]
+        assert calls("cuIpcOpenEventHandle")[0].startswith("cuIpcOpenEventHandle ready 0 ")
         assert calls("cuEventSynchronize") == [f"cuEventSynchronize {ready}"]
         assert "flags=1" in calls("cuIpcOpenMemHandle_v2")[0]  # CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 
@@ -134,43 +136,125 @@ def export_and_release():
         ctx_thread.start()
         ctx_thread.join()
         wait_until(lambda: len(servers[-1].releases) == 1)
-        release = servers[-1].releases[0]
-        done = bytes.fromhex(release["event_handle"]).rstrip(b"\0").decode().split()[1]
-        assert calls("cuEventCreate") == [f"cuEventCreate flags=6 -> {done}"]  # INTERPROCESS|DISABLE_TIMING
-        assert calls("cuEventRecord")[-1] == f"cuEventRecord {done} 0x777"
+        assert servers[-1].releases[0] == {"op": "release", "batch": 0, "done": True}
+        opened = [line.split() for line in calls("cuIpcOpenEventHandle")]
+        assert [o[1:3] for o in opened] == [["ready", "0"], ["done", "0"]], opened
+        done0 = opened[1][-1]
+        assert calls("cuEventRecord")[-1] == f"cuEventRecord {done0} 0x777"
         assert not [line for line in log() if "no current context" in line]
 
-        # Released after a raw CUevent: a join stream waits for it.
+        # Released after a raw CUevent: a join stream waits for it, then
+        # the done event of slot 1 (opened now) is recorded on it.
         b2 = p.pop()
         b2.release(0x4242)
         wait_until(lambda: len(servers[-1].releases) == 2)
         join = calls("cuStreamCreate")[0].split()[-1]
         assert calls("cuStreamWaitEvent")[-1] == f"cuStreamWaitEvent {join} 0x4242 0"
-        assert calls("cuEventRecord")[-1].endswith(join)
-        assert "event_handle" in servers[-1].releases[1]
+        done1 = calls("cuIpcOpenEventHandle")[-1].split()[-1]
+        assert calls("cuIpcOpenEventHandle")[-1].startswith("cuIpcOpenEventHandle done 1 ")
+        assert calls("cuEventRecord")[-1] == f"cuEventRecord {done1} {join}"
+        assert servers[-1].releases[1] == {"op": "release", "batch": 1, "done": True}
 
-        # Exported on two streams: both are waited for.
+        # Exported on two streams: both are waited for; slot 0's done event
+        # is not opened again.
         b3 = p.pop()
+        opens = len(calls("cuIpcOpenEventHandle"))
         for s in (0x10, 0x20):
             b3.__dlpack__(stream=s)  # dropped unconsumed: its deleter runs
         b3.release()
         wait_until(lambda: len(servers[-1].releases) == 3)
+        assert len(calls("cuIpcOpenEventHandle")) == opens
         waits = calls("cuStreamWaitEvent")[-2:]
         assert all(w.startswith(f"cuStreamWaitEvent {join} ") for w in waits), waits
         records = calls("cuEventRecord")
-        assert records[-3].endswith(" 0x10") and records[-2].endswith(" 0x20") and records[-1].endswith(join)
+        assert records[-3].endswith(" 0x10") and records[-2].endswith(" 0x20")
+        assert records[-1] == f"cuEventRecord {done0} {join}"
 
         # Never exported: a plain release.
         b4 = p.pop()
         b4.release()
         wait_until(lambda: len(servers[-1].releases) == 4)
-        assert "event_handle" not in servers[-1].releases[3]
+        assert servers[-1].releases[3] == {"op": "release", "batch": 3}
+    assert servers[-1].violations == []
     assert len(calls("cuIpcCloseMemHandle")) == 2
     destroyed = {line.split()[1] for line in calls("cuEventDestroy_v2")}
-    opened = {line.split()[-1] for line in calls("cuIpcOpenEventHandle")}
+    opened_events = {line.split()[-1] for line in calls("cuIpcOpenEventHandle")}
     created = {line.split()[-1] for line in calls("cuEventCreate")}
-    assert opened | created <= destroyed
+    assert opened_events | created <= destroyed
+    # Only plain events (DISABLE_TIMING), never CU_EVENT_INTERPROCESS (4):
+    # each process that makes one gets a file in /dev/shm.
+    assert all("flags=2 " in line for line in calls("cuEventCreate")), calls("cuEventCreate")
     assert calls("cuStreamDestroy_v2") == [f"cuStreamDestroy_v2 {join}"]
+
+
+def done_event_fallback():
+    """A done event that cannot be opened, or recorded: the client
+    synchronises the consumers' streams and events and sends a plain
+    release; the slot comes back every time (more pops than slots work)."""
+    os.environ["STUB_CUDA_FAIL_OPEN"] = "done"
+    with damacy.Pipeline(cfg()) as p:
+        p.push(sample(i) for i in range(14))
+        for k in range(3):
+            b = p.pop()
+            b.__dlpack__(stream=0x10 + k)  # dropped unconsumed: its deleter runs
+            b.release()
+        wait_until(lambda: len(servers[-1].releases) == 3)
+        assert [r for r in servers[-1].releases] == [{"op": "release", "batch": k} for k in range(3)]
+        assert calls("cuStreamSynchronize") == [f"cuStreamSynchronize 0x{0x10 + k:x}" for k in range(3)]
+        assert [line for line in log() if "failed as asked" in line]
+
+        del os.environ["STUB_CUDA_FAIL_OPEN"]
+        os.environ["STUB_CUDA_FAIL_RECORD"] = "done"
+        b = p.pop()
+        b.__dlpack__(stream=0x40)
+        b.release(0x4242)  # two sources: the join stream's record fails
+        wait_until(lambda: len(servers[-1].releases) == 4)
+        assert servers[-1].releases[3] == {"op": "release", "batch": 3}
+        assert calls("cuStreamSynchronize")[-1] == "cuStreamSynchronize 0x40"
+        assert calls("cuEventSynchronize")[-1] == "cuEventSynchronize 0x4242"
+
+        del os.environ["STUB_CUDA_FAIL_RECORD"]
+        with p.pop() as b:
+            b.__dlpack__(stream=0x50)
+        wait_until(lambda: len(servers[-1].releases) == 5)
+        assert servers[-1].releases[4] == {"op": "release", "batch": 4, "done": True}
+        with p.pop() as b:  # 6 batches through 2 slots
+            np.testing.assert_array_equal(b.numpy(), expected(10, 2))
+    assert servers[-1].violations == []
+
+
+def forked_child():
+    """A forked child that uses its parent's CUDA pipeline gets
+    ShutdownError before any CUDA call, and its capsules' deleters do
+    nothing there; the parent's batch is released by the parent."""
+    with damacy.Pipeline(cfg()) as p:
+        p.push(sample(i) for i in range(4))
+        b = p.pop()
+        cap = b.__dlpack__(stream=0x10)
+        before = len(log())
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            calls_ = (lambda: b.__dlpack__(stream=0x20), b.numpy, lambda: b.release(0x4242), p.pop, p.stats)
+            for call in calls_:
+                try:
+                    call()
+                    code = 1
+                except damacy.ShutdownError as e:
+                    if f"process {os.getppid()}" not in str(e):
+                        code = 2
+                except BaseException:
+                    code = 3
+            del cap, b  # the deleters run here, and must do nothing
+            gc.collect()
+            p.close()
+            os._exit(code if len(log()) == before else 4)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, (os.waitstatus_to_exitcode(status), log()[before:])
+        del cap
+        b.release()
+        wait_until(lambda: len(servers[-1].releases) == 1)
+        assert servers[-1].releases[0] == {"op": "release", "batch": 0, "done": True}
 
 
 def default_stream_and_ragged():

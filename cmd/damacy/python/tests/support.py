@@ -109,3 +109,92 @@ def check_no_orphan(tmp_path, how: str, config_expr: str, env: dict) -> None:
         child.wait()
         child.stdin.close()
         child.stdout.close()
+
+
+class GatedStore:
+    """A directory served over HTTP on 127.0.0.1, answering HEADs and ranged
+    GETs as an object store does. Reads of data (every key but the zarr
+    metadata documents) wait until ``gate`` is set, so that a pop of a batch
+    that reads them blocks in the server for as long as a test wants."""
+
+    METADATA = ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
+
+    def __init__(self, root: str) -> None:
+        import http.server
+        import threading
+
+        self.gate = threading.Event()
+        self.waiting = threading.Event()  # a data read is held at the gate
+        store = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _file(self):
+                path = os.path.join(root, self.path.lstrip("/").split("?")[0])
+                if not os.path.isfile(path):
+                    self.send_error(404)
+                    return None
+                if not path.endswith(GatedStore.METADATA):
+                    store.waiting.set()
+                    store.gate.wait(120)
+                return path
+
+            def do_HEAD(self) -> None:
+                path = self._file()
+                if path is not None:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(os.path.getsize(path)))
+                    self.end_headers()
+
+            def do_GET(self) -> None:
+                path = self._file()
+                if path is None:
+                    return
+                with open(path, "rb") as f:
+                    data = f.read()
+                rng = self.headers.get("Range", "")
+                if not rng.startswith("bytes="):
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                first, _, last = rng[len("bytes=") :].partition("-")
+                if first == "":
+                    first, last = max(len(data) - int(last), 0), len(data) - 1
+                else:
+                    first, last = int(first), min(int(last) if last else len(data) - 1, len(data) - 1)
+                if first >= len(data):
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(data)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+                self.send_header("Content-Length", str(last - first + 1))
+                self.end_headers()
+                self.wfile.write(data[first : last + 1])
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.gate.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def waiting_in(thread_id: int, op: str) -> bool:
+    """Whether thread thread_id waits for the server's answer to a request op."""
+    frame = sys._current_frames().get(thread_id)
+    while frame is not None:
+        if frame.f_code.co_name == "_wait" and frame.f_back is not None and frame.f_back.f_locals.get("op") == op:
+            return True
+        frame = frame.f_back
+    return False

@@ -34,6 +34,8 @@ def stub_dir(tmp_path_factory) -> str:
         "binding",
         "current_context_is_used",
         "export_and_release",
+        "done_event_fallback",
+        "forked_child",
         "default_stream_and_ragged",
         "local_rank_warning",
     ],

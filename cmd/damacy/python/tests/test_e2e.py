@@ -9,7 +9,10 @@ DAMACY_REQUIRE_SERVE=1, when they fail.
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
 import os
+import signal
 import threading
 import time
 from typing import Dict, List, Tuple
@@ -319,18 +322,38 @@ def test_a_view_holds_its_slot_in_the_server(serve_binary, stores):
         b.release()
         del b
         second = p.pop()  # the other slot
-        third = {}
-        t = threading.Thread(target=lambda: third.setdefault("b", p.pop()))
-        t.start()
-        t.join(1.0)
-        assert t.is_alive(), "a third batch came while a view and a batch held both slots"
+        # Every slot is held (a view and a batch): TryAgain, not a pop that
+        # waits forever; the client says so, and so does the server.
+        with pytest.raises(damacy.TryAgain, match=r"batches 0, 1 in slots .*Config.batch_slots = 2"):
+            p.pop()
+        with pytest.raises(damacy.TryAgain, match="held by the client"):
+            p._conn.request("pop")
         assert_batch(x[0], reference(path, boxes[0], fill), bf16=False)  # not overwritten
         del x
-        t.join(30)
-        assert not t.is_alive(), "the slot did not come back when the view died"
-        with third["b"] as b:
+        with p.pop() as b:  # the view's slot came back
             assert_batch(b.numpy()[0], reference(path, boxes[2], fill), bf16=False)
         second.release()
+        for b in p.batches(3):
+            b.release()
+        support.wait_until(lambda: p.stats().slots_in_use == 0, what="every slot back")
+
+
+def use_from_a_thread(p, stores):
+    """Pop one batch of p on a new thread; its first value."""
+    path, _, fill = stores["u16-blosc-lz4"]
+    box = [(0, 6), (0, 9), (0, 10)]
+    got = {}
+
+    def use():
+        p.push([damacy.Sample(path, box)])
+        with p.pop() as b:
+            assert_batch(b.numpy()[0], reference(path, box, fill), bf16=False)
+            got["ok"] = True
+
+    t = threading.Thread(target=use)
+    t.start()
+    t.join(60)
+    assert got == {"ok": True}
 
 
 def test_pipeline_made_on_a_short_lived_thread_keeps_its_server(serve_binary, stores):
@@ -341,12 +364,99 @@ def test_pipeline_made_on_a_short_lived_thread_keeps_its_server(serve_binary, st
     t.join(60)
     p = made["p"]
     time.sleep(0.5)  # a server that died with the thread would be gone by now
-    path, _, fill = stores["u16-blosc-lz4"]
-    box = [(0, 6), (0, 9), (0, 10)]
-    p.push([damacy.Sample(path, box)])
-    with p.pop() as b:
-        assert_batch(b.numpy()[0], reference(path, box, fill), bf16=False)
+    use_from_a_thread(p, stores)
     p.close()
+
+
+def test_pipeline_made_on_a_pool_thread_keeps_its_server(serve_binary, stores):
+    # The pool's worker thread exits at shutdown; the server follows the
+    # client process, not that thread.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        p = pool.submit(damacy.Pipeline, host_config(batch_size=1)).result()
+    time.sleep(0.5)
+    assert not gone(p.server_info["pid"])
+    use_from_a_thread(p, stores)
+    p.close()
+
+
+def test_flush_covers_a_lazily_pulled_generator(serve_binary, stores):
+    path, _, fill = stores["i16-zstd-checksum"]
+    boxes = [[(i, i + 6), (i, i + 9), (0, 10)] for i in range(9)]
+    with damacy.Pipeline(host_config(batch_size=4, lookahead_batches=2)) as p:
+        p.push(damacy.Sample(path, box) for box in boxes)
+        p.flush()
+        at = 0
+        for want in (4, 4, 1):
+            with p.pop() as b:
+                assert b.info.shape[0] == want
+                assert_batch(b.numpy(), np.stack([reference(path, box, fill) for box in boxes[at : at + want]]), bf16=False)
+                at += want
+        with pytest.raises(damacy.TryAgain):
+            p.pop()
+
+
+def test_interrupted_pop_gives_its_batch_back(serve_binary, stores):
+    # Ctrl-C while a pop waits for its batch: the batch, when it comes, is
+    # released (its slot comes back), and every later pop works.
+    path, _, fill = stores["u16-blosc-lz4"]
+    store = support.GatedStore(os.path.dirname(path))
+    uri = store.url + os.path.basename(path)
+    boxes = [[(i, i + 6), (0, 9), (0, 10)] for i in range(6)]
+    main = threading.get_ident()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with damacy.Pipeline(host_config(batch_size=2, lookahead_batches=4)) as p:
+            p.push([damacy.Sample(uri, box) for box in boxes[:2]])
+
+            def interrupt():
+                support.wait_until(lambda: support.waiting_in(main, "pop"), timeout=60, what="the pop's wait")
+                signal.pthread_kill(main, signal.SIGINT)
+
+            threading.Thread(target=interrupt, daemon=True).start()
+            with pytest.raises(KeyboardInterrupt):
+                p.pop()
+            assert store.waiting.is_set()  # the batch was still being read
+            store.gate.set()
+            support.wait_until(
+                lambda: p.stats().batches_emitted == 1 and p.stats().slots_in_use == 0,
+                timeout=30,
+                what="the interrupted pop's batch to come and go back",
+            )
+            p.push([damacy.Sample(uri, box) for box in boxes[2:5]])
+            p.flush()
+            at = 2
+            for want in (2, 1):
+                with p.pop() as b:
+                    want_values = np.stack([reference(path, box, fill) for box in boxes[at : at + want]])
+                    assert_batch(b.numpy(), want_values, bf16=False)  # the view dies here
+                    at += want
+            with pytest.raises(damacy.TryAgain):
+                p.pop()
+            support.wait_until(lambda: p.stats().slots_in_use == 0, what="every slot back")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        store.close()
+
+
+def own_pipeline(path, box):
+    """In a forked worker: a pipeline of its own, one batch's values."""
+    with damacy.Pipeline(host_config(batch_size=1)) as p:
+        p.push([damacy.Sample(path, box)])
+        with p.pop() as b:
+            return b.numpy().tolist()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_pipeline_made_in_a_forked_worker(serve_binary, stores):
+    path, _, fill = stores["f64-zstd"]
+    box = [(2, 8), (3, 12), (4, 14)]
+    with damacy.Pipeline(host_config(batch_size=1)) as p:  # the parent has one
+        p.push([damacy.Sample(path, box)])
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            got = pool.apply_async(own_pipeline, (path, box)).get(120)
+        assert_batch(np.array(got, np.float32), reference(path, box, fill)[None], bf16=False)
+        with p.pop() as b:
+            assert_batch(b.numpy()[0], reference(path, box, fill), bf16=False)
 
 
 @pytest.mark.parametrize("how", ["return", "exit", "sigkill"])

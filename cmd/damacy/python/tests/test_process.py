@@ -1,11 +1,16 @@
 """The server process: started through DAMACY_BINARY (here the fake server as
-a process), its death seen as ShutdownError with its status and stderr, no
-orphan after the client dies, and forked children kept off the connection."""
+a process) from any thread, its death seen as ShutdownError with its status
+and stderr, its /dev/shm files removed when it was killed, no orphan after
+the client dies, and forked children kept off the parent's pipeline."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
+import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -14,7 +19,9 @@ import pytest
 import damacy
 
 import support
-from support import config, gone, sample
+from fake_server import shm_file
+from refdata import pattern
+from support import config, gone, sample, wait_until
 
 
 def test_missing_binary(monkeypatch, tmp_path):
@@ -46,18 +53,16 @@ def test_server_exit_is_a_shutdown_error_with_its_status(fake_binary, monkeypatc
             p.stats()
 
 
-def test_killed_server_fails_a_blocked_pop(fake_binary):
+def test_killed_server_fails_a_blocked_pop(fake_binary, monkeypatch):
+    monkeypatch.setenv("DAMACY_FAKE_HOLD_POPS", "1")  # the pop waits in the server
     with damacy.Pipeline(config(batch_size=1)) as p:
         p.push(sample(i) for i in range(5))
-        held = [p.pop(), p.pop()]  # both slots: the next pop waits in the server
         threading.Timer(0.3, os.kill, (p.server_info["pid"], signal.SIGKILL)).start()
         start = time.monotonic()
         with pytest.raises(damacy.ShutdownError) as e:
             p.pop()
         assert "SIGKILL" in str(e.value) and e.value.what == "pop"
         assert time.monotonic() - start < 10
-        for b in held:
-            b.release()
 
 
 def test_pipeline_made_on_a_short_lived_thread_outlives_it(fake_binary):
@@ -78,27 +83,231 @@ def test_no_orphan_server_when_the_client_dies(fake_binary, tmp_path, how):
     support.check_no_orphan(tmp_path, how, "config()", dict(os.environ))
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_forked_child_cannot_use_the_pipeline(fake_binary):
-    with damacy.Pipeline(config(batch_size=1)) as p:
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child
-            os.close(r)
-            code = 1
-            try:
-                p.push([sample(0)])
-            except damacy.ShutdownError as e:
-                code = 0 if "forked child" in str(e) else 2
-            except BaseException:
-                code = 3
-            p.close()  # must not touch the parent's server
-            os.write(w, bytes([code]))
-            os._exit(0)
-        os.close(w)
-        with os.fdopen(r, "rb") as f:
-            assert f.read() == bytes([0])
-        os.waitpid(pid, 0)
+def test_pipeline_made_on_a_pool_thread_outlives_it(fake_binary):
+    # The server is started with the client's pid (the fake checks it is
+    # its parent), from whichever thread: no long-lived spawner thread.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        p = pool.submit(damacy.Pipeline, config(batch_size=1)).result()
+    assert not [t for t in threading.enumerate() if "spawner" in t.name]
+    got = {}
+
+    def use():
         p.push([sample(0)])
         with p.pop() as b:
-            assert b.info.shape[0] == 1
+            got["n"] = b.info.shape[0]
+
+    t = threading.Thread(target=use)
+    t.start()
+    t.join(30)
+    assert got == {"n": 1}
+    p.close()
+
+
+def firsts(indices):
+    return [float(pattern("mem://a", sample(i).aabb)[0, 0, 0]) for i in indices]
+
+
+def child_uses(p, b):
+    """In a forked child: every method of the parent's pipeline and batch;
+    the ShutdownError messages, or what went wrong."""
+    calls = {
+        "pop": p.pop,
+        "push": lambda: p.push([sample(5)]),
+        "flush": p.flush,
+        "pending": lambda: p.pending,
+        "stats": p.stats,
+        "stats_reset": p.stats_reset,
+        "batches": lambda: next(p.batches(1)),
+        "with": lambda: p.__enter__(),
+        "info": lambda: b.info,
+        "numpy": b.numpy,
+        "__dlpack__": b.__dlpack__,
+        "__dlpack_device__": b.__dlpack_device__,
+        "release": b.release,
+        "batch with": lambda: b.__enter__(),
+    }
+    out = {}
+    for name, call in calls.items():
+        try:
+            call()
+            out[name] = "no error"
+        except damacy.ShutdownError as e:
+            out[name] = str(e)
+        except BaseException as e:
+            out[name] = repr(e)
+    return out
+
+
+def check_fork_errors(errors, parent, child):
+    for name, text in errors.items():
+        assert f"process {parent}" in text and f"process {child} is a fork" in text, (name, text)
+        assert "create the Pipeline in the worker" in text, (name, text)
+
+
+def own_pipeline():
+    """Make a pipeline (in a forked child) and pop a batch of it."""
+    with damacy.Pipeline(config(batch_size=2)) as p:
+        p.push([sample(7), sample(8)])
+        with p.pop() as b:
+            return b.numpy()[:, 0, 0, 0].tolist()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_forked_child_cannot_use_the_pipeline_but_can_make_one(fake_binary, tmp_path):
+    with damacy.Pipeline(config(batch_size=1)) as p:
+        p.push(sample(i) for i in range(3))
+        b = p.pop()
+        out = tmp_path / "child.json"
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                result = {"pid": os.getpid(), "errors": child_uses(p, b)}
+                del b  # its finalizer must not release the parent's slot
+                p.close()  # must not touch the parent's server
+                result["own"] = own_pipeline()
+                out.write_text(json.dumps(result))
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        result = json.loads(out.read_text())
+        check_fork_errors(result["errors"], os.getpid(), result["pid"])
+        assert result["own"] == firsts([7, 8])
+        assert b.info.batch_id == 0  # the parent's batch and pipeline go on
+        b.release()
+        with p.pop() as b:
+            assert b.info.batch_id == 1
+
+
+_PARENT = {}
+
+
+def pool_worker_uses_the_parents():
+    return os.getpid(), child_uses(_PARENT["p"], _PARENT["b"])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_multiprocessing_fork_workers(fake_binary):
+    ctx = multiprocessing.get_context("fork")
+    with damacy.Pipeline(config(batch_size=1)) as p:
+        p.push(sample(i) for i in range(3))
+        _PARENT.update(p=p, b=p.pop())
+        try:
+            with ctx.Pool(1) as pool:
+                child, errors = pool.apply_async(pool_worker_uses_the_parents).get(60)
+                values = pool.apply_async(own_pipeline).get(60)
+        finally:
+            b = _PARENT.pop("b")
+            _PARENT.clear()
+        check_fork_errors(errors, os.getpid(), child)
+        assert values == firsts([7, 8])
+        b.release()
+        with p.pop() as b:
+            assert b.info.batch_id == 1
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_fork_storm_never_deadlocks_a_child(fake_binary):
+    # 400 forks while two threads keep the connection busy and the GIL
+    # switches every microsecond: a fork may come while any lock of the
+    # client is held. Each child finds the pipeline unusable and exits;
+    # none may hang (an at-fork handler that took the connection's lock
+    # deadlocked children).
+    hung, failed = [], []
+    with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
+        p.push(sample(i) for i in range(4))
+        b = p.pop()
+        stop = threading.Event()
+
+        def hammer():
+            while not stop.is_set():
+                p.stats()
+
+        threads = [threading.Thread(target=hammer) for _ in range(2)]
+        for t in threads:
+            t.start()
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)
+        try:
+            for _ in range(400):
+                pid = os.fork()
+                if pid == 0:
+                    code = 1
+                    try:
+                        try:
+                            p.stats()
+                        except damacy.ShutdownError:
+                            code = 0
+                        del b
+                        p.close()
+                    finally:
+                        os._exit(code)
+                deadline = time.monotonic() + 20
+                while True:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        if os.waitstatus_to_exitcode(status) != 0:
+                            failed.append(pid)
+                        break
+                    if time.monotonic() > deadline:
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                        hung.append(pid)
+                        break
+                    time.sleep(0.002)
+        finally:
+            sys.setswitchinterval(interval)
+            stop.set()
+            for t in threads:
+                t.join(30)
+        assert hung == [] and failed == []
+        b.release()
+        with p.pop() as b:  # the parent's connection is intact
+            assert b.info.batch_id == 1
+
+
+def test_a_killed_servers_dev_shm_files_are_removed(fake_binary, monkeypatch):
+    # The CUDA driver keeps /dev/shm/cuda.shm.<uid>.<pid hex>.<n> for each
+    # process that made an interprocess event, until its context is
+    # destroyed; a server killed by a signal cannot, so the client removes
+    # its files once it has reaped it, and only its.
+    monkeypatch.setenv("DAMACY_FAKE_SHM", "1")
+    ours = f"/dev/shm/cuda.shm.{os.getuid()}.{os.getpid():x}.damacy-test"
+    open(ours, "wb").close()
+    try:
+        with damacy.Pipeline(config()) as p:
+            server = p.server_info["pid"]
+            wait_until(lambda: os.path.exists(shm_file(server)), what="the fake's file")
+            os.kill(server, signal.SIGKILL)
+            wait_until(lambda: not os.path.exists(shm_file(server)), timeout=20, what="the file's removal")
+            with pytest.raises(damacy.ShutdownError, match="SIGKILL"):
+                p.stats()
+        assert os.path.exists(ours)
+    finally:
+        os.unlink(ours)
+
+
+def test_files_of_a_server_that_exited_are_its_own_business(fake_binary, monkeypatch):
+    monkeypatch.setenv("DAMACY_FAKE_SHM", "1")
+    monkeypatch.setenv("DAMACY_FAKE_EXIT_ON_POP", "3")  # no signal: not the client's to clean
+    with damacy.Pipeline(config(batch_size=1)) as p:
+        server = p.server_info["pid"]
+        p.push([sample(0)])
+        with pytest.raises(damacy.ShutdownError, match="exited with status 3"):
+            p.pop()
+    try:
+        assert os.path.exists(shm_file(server))
+    finally:
+        os.unlink(shm_file(server))
+
+
+def test_closing_reason_reaches_the_caller(fake_binary, monkeypatch):
+    monkeypatch.setenv("DAMACY_FAKE_CLOSING", "the parent process 1 died")
+    with damacy.Pipeline(config(batch_size=1)) as p:
+        p.push([sample(0)])
+        with pytest.raises(damacy.ShutdownError, match="the parent process 1 died"):
+            p.pop()
+        with pytest.raises(damacy.ShutdownError, match=r"stopped \(SHUTDOWN\): the parent process 1 died"):
+            p.stats()

@@ -3,11 +3,13 @@ lazy pushes, pending, flush, pops, releases, errors, logs, stats, close."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import os
 import signal
 import struct
+import sys
 import threading
 import time
 
@@ -62,7 +64,7 @@ def test_fd_count():
 def test_hello_sends_the_config_and_device(fake):
     with damacy.Pipeline(config(dtype="bf16", sample_shape=(2, 3), batch_slots=3)) as p:
         hello = fake.last.received[0]
-        assert hello["op"] == "hello" and hello["version"] == 1 and isinstance(hello["id"], int)
+        assert hello["op"] == "hello" and hello["version"] == 2 and isinstance(hello["id"], int)
         assert hello["device"] == {"kind": "cpu"}
         assert hello["config"] == {
             "batch_size": 3,
@@ -190,31 +192,93 @@ def test_flush_emits_a_ragged_last_batch(fake):
             p.pop()
 
 
-def test_flush_covers_what_was_taken_the_rest_stays_pending(fake):
-    # 7 samples, a window of 6: flush covers the 6 taken; the 7th stays
-    # pending (never dropped) and a later flush emits it.
-    with damacy.Pipeline(config(batch_size=3, lookahead_batches=2)) as p:
-        p.push([sample(i) for i in range(7)])
-        p.flush()
-        values, sizes = pop_all(p, 2)
-        assert sizes == [3, 3] and values == firsts(range(6))
-        assert not p.pending  # the 7th went to the server with the last pop's top-up
-        p.flush()
-        values, sizes = pop_all(p, 1)
-        assert sizes == [1] and values == firsts([6])
+def counting(n=None, pulled=None):
+    """Samples 0, 1, ... (n of them, or without end), counting in pulled[0]
+    how many were taken."""
+    i = 0
+    while n is None or i < n:
+        if pulled is not None:
+            pulled[0] += 1
+        yield sample(i)
+        i += 1
 
 
-def test_flush_never_drops_samples_of_an_infinite_generator(fake):
-    def forever():
-        for i in itertools.count():
-            yield sample(i)
-
+def test_flush_covers_a_lazily_pulled_generator(fake):
+    # push(generator of 9); flush(); batches(3): 4, 4 and a ragged 1, though
+    # flush came when only 8 had been pulled.
+    pulled = [0]
     with damacy.Pipeline(config(batch_size=4, lookahead_batches=2)) as p:
-        p.push(forever())
+        p.push(counting(9, pulled))
+        p.flush()
+        assert pulled[0] == 8  # flush pulls no more than push did
+        assert p.pending  # the 9th is still in the generator
+        values, sizes = pop_all(p, 3)
+        assert sizes == [4, 4, 1] and values == firsts(range(9))
+        assert not p.pending
+        with pytest.raises(damacy.TryAgain, match="no batch can complete"):
+            p.pop()
+
+
+@pytest.mark.parametrize("n", [37, 32, 33, 8, 3])
+def test_flush_gives_every_sample_of_a_generator(fake, n):
+    with damacy.Pipeline(config(batch_size=8, lookahead_batches=2)) as p:
+        p.push(counting(n))
+        p.flush()
+        sizes, values = [], []
+        while sum(sizes) < n:
+            with p.pop() as b:
+                sizes.append(b.info.shape[0])
+                values.extend(b.numpy()[:, 0, 0, 0].tolist())
+        assert sizes == [8] * (n // 8) + ([n % 8] if n % 8 else [])
+        assert values == firsts(range(n))
+        with pytest.raises(damacy.TryAgain):
+            p.pop()
+
+
+def test_pending_and_pops_agree(fake):
+    # pending is True exactly while a pushed sample has not gone to the
+    # server; every pop before TryAgain gives a batch.
+    with damacy.Pipeline(config(batch_size=4, lookahead_batches=2)) as p:
+        p.push(counting(21))
+        p.flush()
+        pending, sizes = [], []
+        while True:
+            pending.append(p.pending)
+            try:
+                b = p.pop()
+            except damacy.TryAgain:
+                break
+            sizes.append(b.info.shape[0])
+            b.release()
+        assert sizes == [4, 4, 4, 4, 4, 1]
+        # 8 sent at push; each pop tops up to 12 in flight (8 after it): the
+        # last of the 21 goes with the fourth pop.
+        assert pending == [True, True, True, True, False, False, False]
+
+
+def test_samples_pushed_after_a_flush_start_new_batches(fake):
+    with damacy.Pipeline(config(batch_size=4, lookahead_batches=2)) as p:
+        p.push(counting(5))
+        p.flush()
+        p.push(sample(i) for i in range(100, 103))
+        p.flush()
+        values, sizes = pop_all(p, 3)
+        assert sizes == [4, 1, 3] and values == firsts([0, 1, 2, 3, 4, 100, 101, 102])
+
+
+def test_flush_behind_an_infinite_generator_never_comes(fake):
+    # What flush covers is what was pushed; an infinite source never ends,
+    # so the ragged batch never comes (nor what was pushed after it), and
+    # batches keep coming full. flush() itself returns at once.
+    pulled = [0]
+    with damacy.Pipeline(config(batch_size=4, lookahead_batches=2)) as p:
+        p.push(counting(None, pulled))
         p.push([sample(1000)])  # queued behind the generator: never reached
         p.flush()
-        values, sizes = pop_all(p, 4)
-        assert sizes == [4, 4, 4, 4] and values == firsts(range(16))
+        assert pulled[0] == 8
+        values, sizes = pop_all(p, 6)
+        assert sizes == [4] * 6 and values == firsts(range(24))
+        assert p.pending
 
 
 def test_pop_without_enough_samples_raises_try_again(fake):
@@ -307,10 +371,11 @@ def test_failed_batch_raises_and_the_pipeline_goes_on(fake):
 # Releases and lifetimes.
 
 
-def test_release_from_another_thread_wakes_a_blocked_pop(fake):
+def test_release_from_another_thread_while_a_pop_waits(fake):
     with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
         p.push(sample(i) for i in range(10))
-        a, b = p.pop(), p.pop()  # both slots held
+        a = p.pop()  # one slot held; the other is free
+        fake.last.pop_gate.clear()  # the server holds the next pop
         result = {}
 
         def pop():
@@ -318,13 +383,49 @@ def test_release_from_another_thread_wakes_a_blocked_pop(fake):
 
         t = threading.Thread(target=pop)
         t.start()
-        t.join(0.3)
-        assert t.is_alive()  # no free slot: the pop waits
+        wait_until(lambda: [m.get("op") for m in fake.last.received].count("pop") == 2, what="the second pop")
         threading.Thread(target=a.release).start()
+        wait_until(lambda: len(fake.last.releases) == 1, what="the release while the pop waits")
+        assert t.is_alive()
+        fake.last.pop_gate.set()
         t.join(5)
-        assert not t.is_alive() and result["batch"].info.batch_id == 2
-        b.release()
+        assert not t.is_alive() and result["batch"].info.batch_id == 1
         result["batch"].release()
+
+
+def test_pop_with_every_slot_held_raises_try_again(fake):
+    with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
+        p.push(sample(i) for i in range(10))
+        a, b = p.pop(), p.pop()
+        pops = [m.get("op") for m in fake.last.received].count("pop")
+        with pytest.raises(damacy.TryAgain) as e:
+            p.pop()
+        text = str(e.value)
+        assert e.value.what == "pop" and "all 2 batch slots are held" in text, text
+        assert "batches 0, 1 in slots 0, 1" in text and "Config.batch_slots = 2" in text, text
+        assert [m.get("op") for m in fake.last.received].count("pop") == pops  # raised without asking
+        view = np.from_dlpack(a)  # a tensor keeps its slot after release
+        a.release()
+        with pytest.raises(damacy.TryAgain, match="batches 0, 1 in slots 0, 1"):
+            p.pop()
+        del view
+        with p.pop() as c:
+            assert c.info.batch_id == 2
+        b.release()
+        for c in p.batches(7):
+            c.release()
+
+
+def test_the_server_answers_again_with_every_slot_held(fake):
+    # The server's own check (a pop it starts with every slot held), seen
+    # past the client's: its message reaches the caller as TryAgain.
+    with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
+        p.push(sample(i) for i in range(4))
+        a, b = p.pop(), p.pop()
+        with pytest.raises(damacy.TryAgain, match="held by the client"):
+            p._conn.request("pop")
+        a.release()
+        b.release()
 
 
 def test_interrupted_pop_gives_its_batch_back(fake):
@@ -360,20 +461,72 @@ def test_interrupted_pop_gives_its_batch_back(fake):
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.parametrize("after", range(1, 13))
+def test_interrupt_after_the_pop_response_loses_no_batch(fake, after):
+    # A KeyboardInterrupt raised in the popping thread at the after-th line
+    # of the client once its wait for the pop's response is over (the
+    # response is in): the batch is released, now or when the interrupted
+    # frames go, and every sample is accounted for.
+    pkg = os.path.dirname(damacy.__file__)
+    seen = {"waited": False, "lines": 0}
+
+    def local(frame, event, arg):
+        if event == "return" and frame.f_code.co_name == "_wait" and frame.f_back.f_locals.get("op") == "pop":
+            seen["waited"] = True
+        elif event == "line" and seen["waited"]:
+            seen["lines"] += 1
+            if seen["lines"] == after:
+                raise KeyboardInterrupt
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code.co_filename.startswith(pkg) else None
+
+    with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
+        p.push(sample(i) for i in range(6))
+        popped = []
+        sys.settrace(tracer)
+        try:
+            popped.append(p.pop())
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        for b in popped:  # the interrupt came too late: the pop returned
+            b.release()
+        del popped
+        gc.collect()
+        rest = pop_all(p, 5)[0]
+        assert rest == firsts(range(1, 6))
+        wait_until(lambda: len(fake.last.releases) == 6, what="a release of every batch")
+        with pytest.raises(damacy.TryAgain):
+            p.pop()
+
+
 def test_releases_from_many_threads(fake):
     import concurrent.futures
     import random
 
+    # At most batch_slots batches out at once: a pop with every slot held
+    # raises TryAgain rather than wait for another thread's release.
+    slots = threading.Semaphore(2)
+
     def consume(b):
-        with b:
-            value = float(b.numpy()[0, 0, 0, 0])
-        time.sleep(random.random() / 500)
-        return value
+        try:
+            with b:
+                value = float(b.numpy()[0, 0, 0, 0])
+            time.sleep(random.random() / 500)
+            return value
+        finally:
+            slots.release()
 
     with damacy.Pipeline(config(batch_size=1, lookahead_batches=4)) as p:
         p.push(sample(i) for i in range(40))
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            futures = [pool.submit(consume, p.pop()) for _ in range(40)]
+            futures = []
+            for _ in range(40):
+                slots.acquire()
+                futures.append(pool.submit(consume, p.pop()))
             values = [f.result(timeout=30) for f in futures]
         assert values == [float(pattern("mem://a", sample(i).aabb)[0, 0, 0]) for i in range(40)]
         wait_until(lambda: len(fake.last.releases) == 40)
@@ -420,6 +573,20 @@ def test_server_death_fails_a_blocked_pop(fake):
     p.close()
 
 
+def test_closing_message_says_why_in_every_later_error(fake):
+    p = damacy.Pipeline(config(batch_size=2))
+    p.push([sample(0), sample(1)])
+    fake.last.pop_gate.clear()
+    threading.Timer(0.3, fake.last.send_closing, ("SHUTDOWN", "stopping on SIGTERM")).start()
+    with pytest.raises(damacy.ShutdownError, match="stopping on SIGTERM") as e:
+        p.pop()
+    assert e.value.what == "pop"
+    for call in (lambda: p.push([sample(2)]), p.flush, lambda: p.pending, p.stats):
+        with pytest.raises(damacy.ShutdownError, match="stopping on SIGTERM"):
+            call()
+    p.close()
+
+
 def test_close_is_idempotent_and_later_calls_raise(fake):
     p = damacy.Pipeline(config(batch_size=1))
     p.push([sample(0)])
@@ -463,10 +630,10 @@ def test_garbage_collected_pipeline_closes_its_server(fake):
 def test_hello_error_fails_construction(fake, monkeypatch):
     import damacy._pipeline
 
-    monkeypatch.setattr(damacy._pipeline, "VERSION", 2)  # a version the fake does not speak
+    monkeypatch.setattr(damacy._pipeline, "VERSION", 1)  # the version before this one
     with pytest.raises(damacy.InvalidArgument) as e:
         damacy.Pipeline(config())
-    assert e.value.what == "create" and "version 2" in str(e.value)
+    assert e.value.what == "create" and "version 1" in str(e.value) and "version 2" in str(e.value)
     wait_until(lambda: fake.last.closed, what="the failed server's end")
 
 
