@@ -6,7 +6,9 @@ Rank 0 generates a synthetic OME-NGFF dataset with ``damacy gen`` when DATA
 holds none; every rank then streams its share of random 3D crops onto its own
 GPU (``damacy.Pipeline`` binds LOCAL_RANK's GPU and starts one ``damacy
 serve`` per rank) and trains a denoising autoencoder on them. The shares are
-disjoint and reshuffled every epoch (``damacy.distributed.DistributedSamples``).
+disjoint and reshuffled every epoch (``damacy.distributed.DistributedSamples``),
+and a share need not be a multiple of the batch size: each epoch flushes, and
+its last batch is short.
 
 Without GPUs the ranks use gloo and the host engine (``--cpu``), which is how
 the example is checked on a machine without CUDA.
@@ -15,7 +17,6 @@ the example is checked on a machine without CUDA.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import random
 import subprocess
@@ -107,11 +108,11 @@ def main() -> None:
         for epoch in range(args.epochs):
             share.set_epoch(epoch)
             loader.push(share)
-            loader.flush()
+            loader.flush()  # no more samples this epoch: the last batch may be short
             t0, seen, total = time.perf_counter(), 0, 0.0
-            for batch in loader.batches(math.ceil(len(share) / args.batch_size)):
-                with batch as b:
-                    x = torch.from_dlpack(b).unsqueeze(1)  # [n, 1, 32, 64, 64], zero-copy
+            while seen < len(share):  # every rank's share has the same length
+                with loader.pop() as b:
+                    x = torch.from_dlpack(b).unsqueeze(1)  # [n, 1, 32, 64, 64], zero-copy; n < batch size at the end
                     x = (x - x.mean()) / (x.std() + 1e-6)
                     noisy = x + 0.3 * torch.randn_like(x)
                     loss = F.mse_loss(model(noisy), x)
