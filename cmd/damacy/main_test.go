@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/damacy-go/damacy/cuda/cudatest"
 	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
+
+// TestMain leaves nothing in /dev/shm once the tests are over (cudatest.Main).
+func TestMain(m *testing.M) { os.Exit(cudatest.Main(m)) }
 
 // runCmd runs the command in-process and returns its exit code and output.
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {

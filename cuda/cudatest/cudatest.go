@@ -9,6 +9,7 @@ package cudatest
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -74,22 +75,32 @@ func RequireNVCOMP(t testing.TB, err error) {
 	t.Logf("nvCOMP did not load; decoding on the CPU: %v", err)
 }
 
-// executor is the process's shared executor for device 0, started on
-// first use and never closed: closing it would release the primary
-// context and with it every module and allocation a later test expects.
-var executor = sync.OnceValues(func() (*cuda.Executor, error) {
-	dev, err := probe()
-	if err != nil {
-		return nil, err
-	}
-	return cuda.NewExecutor(dev)
-})
+// shared is the process's shared executor for device 0, started on
+// first use and closed only by Main, after the tests: closing it earlier
+// would release the primary context and with it every module and
+// allocation a later test expects.
+var shared struct {
+	once sync.Once
+	ex   *cuda.Executor
+	err  error
+}
+
+func executor() (*cuda.Executor, error) {
+	shared.once.Do(func() {
+		dev, err := probe()
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.ex, shared.err = cuda.NewExecutor(dev)
+	})
+	return shared.ex, shared.err
+}
 
 // Executor returns the test binary's shared executor for device 0, or
-// skips like MustHaveGPU. It is never closed (the process's exit releases
-// the GPU), so tests may keep modules and streams across each other; a
-// test that needs to close an executor makes its own with
-// cuda.NewExecutor.
+// skips like MustHaveGPU. It lives until the tests are over (Main), so
+// tests may keep modules and streams across each other; a test that needs
+// to close an executor makes its own with cuda.NewExecutor.
 func Executor(t testing.TB) *cuda.Executor {
 	t.Helper()
 	MustHaveGPU(t)
@@ -98,4 +109,25 @@ func Executor(t testing.TB) *cuda.Executor {
 		t.Fatalf("cuda.NewExecutor: %v", err)
 	}
 	return e
+}
+
+// Main runs a test binary's tests (its TestMain: os.Exit(cudatest.Main(m)))
+// and then leaves nothing behind in /dev/shm: it closes the shared
+// executor, which releases the primary context that the tests' pipelines
+// have released already (destroying it removes the file the driver keeps
+// for a process that made an interprocess event), and removes the
+// process's files that remain, a context some test leaked keeping one.
+func Main(m *testing.M) int {
+	code := m.Run()
+	shared.once.Do(func() {}) // no executor is made after this
+	if shared.ex != nil {
+		shared.ex.Close()
+	}
+	if err := cuda.RemoveIPCFiles(os.Getpid()); err != nil {
+		fmt.Fprintf(os.Stderr, "cudatest: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
