@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -287,19 +288,16 @@ def test_capsule_outlives_the_batch(torch, stores):
         del b
         gc.collect()
         second = p.pop()  # the other slot
-        result = {}
-        t = threading.Thread(target=lambda: result.setdefault("b", p.pop()))
-        t.start()
-        t.join(1.5)
-        assert t.is_alive(), "a third batch came while x and the second batch held both slots"
+        with pytest.raises(damacy.TryAgain, match=r"batches 0, 1 in slots .*Config.batch_slots = 2"):
+            p.pop()  # x and the second batch hold both slots
         want = np.stack([read_box(s.uri, list(s.aabb)) for s in samples[:4]])
         np.testing.assert_array_equal(x.cpu().numpy(), want)  # not overwritten
         del x
         gc.collect()
-        t.join(30)
-        assert not t.is_alive(), "the slot did not come back after the tensor died"
+        with p.pop() as b:  # x's slot came back
+            want = np.stack([read_box(s.uri, list(s.aabb)) for s in samples[8:12]])
+            np.testing.assert_array_equal(torch.from_dlpack(b).cpu().numpy(), want)
         second.release()
-        result["b"].release()
 
 
 BARE = textwrap.dedent(
@@ -345,3 +343,103 @@ def test_device_is_named_by_uuid(torch):
         if hasattr(props, "uuid"):
             assert info["uuid"] == f"GPU-{props.uuid}"
         assert info["name"] == props.name
+
+
+SHM_CLIENT = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch
+    import damacy
+    from damacy import _cuda
+    spec = json.loads(sys.argv[1])
+    cfg = damacy.Config(batch_size=2, host_buffer_bytes=64 << 20, device_buffer_bytes=64 << 20,
+                        max_chunk_uncompressed_bytes=1 << 20, device=spec["device"])
+    stream = torch.cuda.Stream()
+    with damacy.Pipeline(cfg) as p:
+        server = p.server_info["pid"]
+        p.push(damacy.Sample(u, b) for u, b in spec["samples"])
+        for k, b in enumerate(p.batches(len(spec["samples"]) // 2)):
+            with torch.cuda.stream(stream):
+                x = torch.from_dlpack(b) * 2
+            b.release(stream if k % 2 else None)  # the done event, on one stream or the join stream
+            del x
+        during = _cuda.ipc_files(server)
+    torch.cuda.synchronize()
+    print(json.dumps({"client": _cuda.ipc_files(os.getpid()), "server_during": during,
+                      "server_after": _cuda.ipc_files(server)}))
+    """
+)
+
+
+def test_dev_shm_gains_no_file_of_the_client_and_keeps_none_of_the_server(torch, stores):
+    # The client makes no interprocess event (opening the server's makes no
+    # file); the server's file, made for its shared slots, goes when it
+    # closes.
+    samples = samples_of(stores, 8, seed=6)
+    spec = {"device": torch.cuda.current_device(), "samples": [[s.uri, [list(r) for r in s.aabb]] for s in samples]}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    run = subprocess.run(
+        [sys.executable, "-c", SHM_CLIENT, json.dumps(spec)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    files = json.loads(run.stdout.splitlines()[-1])
+    assert files["client"] == [], files
+    assert files["server_during"], f"the server made no /dev/shm file: is the name's format right? {files}"
+    assert files["server_after"] == [], files
+
+
+def test_a_killed_servers_dev_shm_file_is_removed(torch, stores):
+    from damacy import _cuda
+
+    samples = samples_of(stores, 4, seed=7)
+    with damacy.Pipeline(cfg("f32", torch.cuda.current_device())) as p:
+        server = p.server_info["pid"]
+        p.push(samples)
+        with p.pop() as b:
+            torch.from_dlpack(b).sum().item()
+        made = _cuda.ipc_files(server)
+        assert made, "the server made no /dev/shm file for its shared slots: is the name's format right?"
+        os.kill(server, signal.SIGKILL)
+        with pytest.raises(damacy.ShutdownError, match="SIGKILL"):
+            p.stats()
+        assert _cuda.ipc_files(server) == [], made
+    assert _cuda.ipc_files(os.getpid()) == []
+
+
+KILLED_CLIENT = textwrap.dedent(
+    """
+    import json, sys, time
+    import damacy
+    spec = json.loads(sys.argv[1])
+    cfg = damacy.Config(batch_size=2, host_buffer_bytes=64 << 20, device_buffer_bytes=64 << 20,
+                        max_chunk_uncompressed_bytes=1 << 20, device=spec["device"])
+    p = damacy.Pipeline(cfg)
+    p.push(damacy.Sample(u, b) for u, b in spec["samples"])
+    b = p.pop()
+    b.__dlpack__(stream=None)
+    print(p.server_info["pid"], flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_dev_shm_after_the_client_is_killed(torch, stores):
+    from damacy import _cuda
+
+    samples = samples_of(stores, 4, seed=8)
+    spec = {"device": torch.cuda.current_device(), "samples": [[s.uri, [list(r) for r in s.aabb]] for s in samples]}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CLIENT, json.dumps(spec)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        server = int(child.stdout.readline())
+        child.kill()
+        child.wait(30)
+        support.wait_until(lambda: support.gone(server), timeout=30, what=f"server {server} to exit")
+        assert _cuda.ipc_files(child.pid) == []
+        assert _cuda.ipc_files(server) == []
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
