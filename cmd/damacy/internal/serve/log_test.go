@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -46,5 +47,19 @@ func TestFrameHandlerAttrs(t *testing.T) {
 	s.level.Set(slog.LevelInfo)
 	if log.Enabled(t.Context(), slog.LevelDebug) {
 		t.Error("DEBUG enabled at level INFO")
+	}
+}
+
+// TestLogSinkLate: records made once the sink is closed go to its late
+// writer as lines, not to the client.
+func TestLogSinkLate(t *testing.T) {
+	var late strings.Builder
+	s := newLogSink(nil, &late)
+	if n := s.close(); n != 0 {
+		t.Fatalf("close of an empty sink: %d dropped", n)
+	}
+	s.logger().Error("damacy: pipeline did not close", "after", 5*time.Second, "batch", 3)
+	if want := "damacy serve: error: pipeline did not close after=5s batch=3\n"; late.String() != want {
+		t.Errorf("late line %q, want %q", late.String(), want)
 	}
 }
