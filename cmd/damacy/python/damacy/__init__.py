@@ -7,6 +7,8 @@ that each :class:`Pipeline` starts; this package is its pure-Python client.
 
 Quick start::
 
+    import math
+
     import damacy
     import torch
 
@@ -23,7 +25,8 @@ Quick start::
 
     with damacy.Pipeline(cfg) as d:
         d.push(samples)
-        for batch in d.batches(len(samples) // cfg.batch_size):
+        d.flush()  # no more samples: the last batch may be short
+        for batch in d.batches(math.ceil(len(samples) / cfg.batch_size)):
             with batch as t:
                 x = torch.from_dlpack(t)
                 ...  # train step

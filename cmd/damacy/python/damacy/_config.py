@@ -90,9 +90,11 @@ class Config:
             GPU 0, else the host engine.
         sample_shape: Extent of every box (extra). Empty: the first pushed
             sample fixes it.
-        batch_slots: Number of batch buffers (extra): how many popped
-            batches may be held at once, plus the one being filled
-            (0 = the server's default, 2; else >= 2).
+        batch_slots: Number of batch buffers (extra). A popped batch holds
+            one until it is given back (released, and no tensor views it);
+            the server assembles the next batches in the others, so a pop
+            with every slot held raises TryAgain (0 = the server's default,
+            3; else >= 2).
         chunk_cache_bytes: Decoded chunks kept across batches (extra), in GPU
             memory on the CUDA engine (counted in ``max_gpu_memory_bytes``)
             or host memory on the host engine, so that later epochs over a

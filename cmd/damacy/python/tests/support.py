@@ -28,6 +28,23 @@ def sample(i: int, uri: str = "mem://a", shape=(2, 3, 4), level: int = 0) -> dam
     )
 
 
+def pop_all(p, n):
+    """The first values of n popped batches' samples, and their sizes."""
+    values, sizes = [], []
+    for b in p.batches(n):
+        with b:
+            sizes.append(b.info.shape[0])
+            values.extend(b.numpy()[:, 0, 0, 0].tolist())
+    return values, sizes
+
+
+def firsts(indices):
+    """The first values of samples indices of the stream of sample()."""
+    from refdata import pattern
+
+    return [float(pattern("mem://a", sample(i).aabb)[0, 0, 0]) for i in indices]
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
     """Poll predicate until it holds; fail after timeout seconds."""
     deadline = time.monotonic() + timeout

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 from typing import Dict, List, Tuple
 
 import numpy as np

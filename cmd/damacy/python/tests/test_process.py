@@ -20,8 +20,7 @@ import damacy
 
 import support
 from fake_server import shm_file
-from refdata import pattern
-from support import config, gone, sample, wait_until
+from support import config, firsts, gone, sample, wait_until
 
 
 def test_missing_binary(monkeypatch, tmp_path):
@@ -101,10 +100,6 @@ def test_pipeline_made_on_a_pool_thread_outlives_it(fake_binary):
     t.join(30)
     assert got == {"n": 1}
     p.close()
-
-
-def firsts(indices):
-    return [float(pattern("mem://a", sample(i).aabb)[0, 0, 0]) for i in indices]
 
 
 def child_uses(p, b):

@@ -4,7 +4,6 @@ lazy pushes, pending, flush, pops, releases, errors, logs, stats, close."""
 from __future__ import annotations
 
 import gc
-import itertools
 import logging
 import os
 import signal
@@ -20,7 +19,7 @@ import damacy
 from damacy._protocol import MAX_FRAME, FrameDecoder, ProtocolError, encode, fd_count
 
 from refdata import assert_batch, pattern
-from support import config, sample, wait_until
+from support import config, firsts, pop_all, sample, wait_until
 
 
 # Framing.
@@ -120,178 +119,6 @@ def test_bf16_batches(fake):
             assert bits.dtype == np.uint16
             want = np.stack([pattern("mem://a", sample(j).aabb) for j in range(3)])
             assert_batch(bits, want, bf16=True)
-
-
-# Laziness, pending, flush.
-
-
-def test_infinite_generator_is_pulled_lazily(fake):
-    pulled = itertools.count()
-
-    def forever():
-        for i in itertools.count():
-            next(pulled)
-            yield sample(i)
-
-    cfg = config(batch_size=3, lookahead_batches=2)
-    window = cfg.lookahead_batches * cfg.batch_size
-    with damacy.Pipeline(cfg) as p:
-        p.push(forever())
-        n = next(pulled)  # items pulled so far (+1 for this call)
-        assert n == window
-        for k in range(1, 6):
-            with p.pop() as b:
-                assert b.info.shape[0] == 3
-            n = next(pulled) - k
-            assert n <= window + (k + 1) * cfg.batch_size + 1, (k, n)
-        assert p.pending
-
-
-def test_pending_and_unconsumed_tail(fake):
-    with damacy.Pipeline(config(batch_size=2, lookahead_batches=2)) as p:
-        items = iter([sample(i) for i in range(9)])
-        p.push(items)
-        assert p.pending  # 4 sent, 5 left in the iterator
-        assert len(list(items)) == 4  # one was pulled ahead by pending; the rest stayed
-        for _ in range(2):
-            p.pop().release()
-        assert not p.pending  # the ahead item went with the pops' top-up
-        p.flush()
-        with p.pop() as b:
-            assert b.info.shape[0] == 1  # the ragged batch
-
-
-def pop_all(p, n):
-    """The first values of n popped batches' samples, and their sizes."""
-    values, sizes = [], []
-    for b in p.batches(n):
-        with b:
-            sizes.append(b.info.shape[0])
-            values.extend(b.numpy()[:, 0, 0, 0].tolist())
-    return values, sizes
-
-
-def firsts(indices):
-    return [float(pattern("mem://a", sample(i).aabb)[0, 0, 0]) for i in indices]
-
-
-def test_flush_emits_a_ragged_last_batch(fake):
-    with damacy.Pipeline(config(batch_size=3)) as p:
-        p.push([sample(i) for i in range(5)])
-        p.flush()
-        p.flush()  # idempotent
-        b = p.pop()
-        want = np.stack([pattern("mem://a", sample(j).aabb) for j in range(3)])
-        assert_batch(b.numpy(), want, bf16=False)
-        b.release()
-        with p.pop() as b:
-            assert b.info.shape == (2, 2, 3, 4)
-            want = np.stack([pattern("mem://a", sample(j).aabb) for j in range(3, 5)])
-            assert_batch(b.numpy(), want, bf16=False)
-        with pytest.raises(damacy.TryAgain, match="no batch can complete"):
-            p.pop()
-
-
-def counting(n=None, pulled=None):
-    """Samples 0, 1, ... (n of them, or without end), counting in pulled[0]
-    how many were taken."""
-    i = 0
-    while n is None or i < n:
-        if pulled is not None:
-            pulled[0] += 1
-        yield sample(i)
-        i += 1
-
-
-def test_flush_covers_a_lazily_pulled_generator(fake):
-    # push(generator of 9); flush(); batches(3): 4, 4 and a ragged 1, though
-    # flush came when only 8 had been pulled.
-    pulled = [0]
-    with damacy.Pipeline(config(batch_size=4, lookahead_batches=2)) as p:
-        p.push(counting(9, pulled))
-        p.flush()
-        assert pulled[0] == 8  # flush pulls no more than push did
-        assert p.pending  # the 9th is still in the generator
-        values, sizes = pop_all(p, 3)
-        assert sizes == [4, 4, 1] and values == firsts(range(9))
-        assert not p.pending
-        with pytest.raises(damacy.TryAgain, match="no batch can complete"):
-            p.pop()
-
-
-@pytest.mark.parametrize("n", [37, 32, 33, 8, 3])
-def test_flush_gives_every_sample_of_a_generator(fake, n):
-    with damacy.Pipeline(config(batch_size=8, lookahead_batches=2)) as p:
-        p.push(counting(n))
-        p.flush()
-        sizes, values = [], []
-        while sum(sizes) < n:
-            with p.pop() as b:
-                sizes.append(b.info.shape[0])
-                values.extend(b.numpy()[:, 0, 0, 0].tolist())
-        assert sizes == [8] * (n // 8) + ([n % 8] if n % 8 else [])
-        assert values == firsts(range(n))
-        with pytest.raises(damacy.TryAgain):
-            p.pop()
-
-
-def test_pending_and_pops_agree(fake):
-    # pending is True exactly while a pushed sample has not gone to the
-    # server; every pop before TryAgain gives a batch.
-    with damacy.Pipeline(config(batch_size=4, lookahead_batches=2)) as p:
-        p.push(counting(21))
-        p.flush()
-        pending, sizes = [], []
-        while True:
-            pending.append(p.pending)
-            try:
-                b = p.pop()
-            except damacy.TryAgain:
-                break
-            sizes.append(b.info.shape[0])
-            b.release()
-        assert sizes == [4, 4, 4, 4, 4, 1]
-        # 8 sent at push; each pop tops up to 12 in flight (8 after it): the
-        # last of the 21 goes with the fourth pop.
-        assert pending == [True, True, True, True, False, False, False]
-
-
-def test_samples_pushed_after_a_flush_start_new_batches(fake):
-    with damacy.Pipeline(config(batch_size=4, lookahead_batches=2)) as p:
-        p.push(counting(5))
-        p.flush()
-        p.push(sample(i) for i in range(100, 103))
-        p.flush()
-        values, sizes = pop_all(p, 3)
-        assert sizes == [4, 1, 3] and values == firsts([0, 1, 2, 3, 4, 100, 101, 102])
-
-
-def test_flush_behind_an_infinite_generator_never_comes(fake):
-    # What flush covers is what was pushed; an infinite source never ends,
-    # so the ragged batch never comes (nor what was pushed after it), and
-    # batches keep coming full. flush() itself returns at once.
-    pulled = [0]
-    with damacy.Pipeline(config(batch_size=4, lookahead_batches=2)) as p:
-        p.push(counting(None, pulled))
-        p.push([sample(1000)])  # queued behind the generator: never reached
-        p.flush()
-        assert pulled[0] == 8
-        values, sizes = pop_all(p, 6)
-        assert sizes == [4] * 6 and values == firsts(range(24))
-        assert p.pending
-
-
-def test_pop_without_enough_samples_raises_try_again(fake):
-    with damacy.Pipeline(config(batch_size=3)) as p:
-        with pytest.raises(damacy.TryAgain) as e:
-            p.pop()
-        assert e.value.status is damacy.Status.AGAIN and e.value.what == "pop"
-        p.push([sample(0), sample(1)])
-        with pytest.raises(damacy.TryAgain, match="2 sample"):
-            p.pop()
-        p.flush()
-        with p.pop() as b:
-            assert b.info.shape[0] == 2
 
 
 # Errors.
