@@ -16,17 +16,20 @@ import (
 // can complete for it: the batches that pushes and flushes made complete
 // are all taken by the pops before it.
 func (s *server) pop(id int64) {
+	var err error
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.formed <= s.claimed {
-		s.fail(id, "pop", statusErrorf(statusAgain, "pop: no batch can complete: %d sample(s) in flight, batch_size %d, no flush; push more or flush", s.partial, s.batchSize), nil)
-		return
-	}
-	select {
-	case s.pops <- id:
-		s.claimed++
+	switch {
+	case s.formed <= s.claimed:
+		err = statusErrorf(statusAgain, "pop: no batch can complete: %d sample(s) in flight, batch_size %d, no flush; push more or flush", s.partial, s.batchSize)
+	case len(s.pops) == cap(s.pops):
+		err = statusErrorf(statusAgain, "pop: %d pops are waiting already", cap(s.pops))
 	default:
-		s.fail(id, "pop", statusErrorf(statusAgain, "pop: %d pops are waiting already", cap(s.pops)), nil)
+		s.pops <- id // only this goroutine sends: there is room
+		s.claimed++
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.fail(id, "pop", err, nil)
 	}
 }
 
