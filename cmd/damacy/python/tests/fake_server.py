@@ -20,7 +20,8 @@ to stderr and exits with status N on the first pop; DAMACY_FAKE_HOLD_POPS=1
 never answers a pop; DAMACY_FAKE_CLOSING=TEXT sends ``closing`` with TEXT on
 the first pop, then closes; DAMACY_FAKE_SHM=1 makes a file in /dev/shm named
 as the CUDA driver names a process's interprocess-event file, removed when
-the process exits cleanly.
+the process exits cleanly; DAMACY_FAKE_STUBBORN=1 ignores SIGTERM, never
+answers close and does not exit at the end of the connection.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import array
 import json
 import mmap
 import os
+import signal
 import socket
 import struct
 import sys
@@ -263,6 +265,8 @@ class FakeServer:
             self._reply(m)
             return False
         if op == "close":
+            if os.environ.get("DAMACY_FAKE_STUBBORN"):
+                return False
             self._stop()
             with self._cv:
                 # the popper answers waiting pops with SHUTDOWN before this
@@ -437,6 +441,8 @@ def main(argv: List[str]) -> int:
         sys.stderr.write(f"fake serve: --parent-pid {parent} is not the parent ({os.getppid()})\n")
         return 1
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if os.environ.get("DAMACY_FAKE_STUBBORN"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     shm = shm_file(os.getpid()) if os.environ.get("DAMACY_FAKE_SHM") else ""
     if shm:
         open(shm, "wb").close()
@@ -444,6 +450,8 @@ def main(argv: List[str]) -> int:
     server = FakeServer(sock, hold_pops=bool(os.environ.get("DAMACY_FAKE_HOLD_POPS")))
     server._reader.join()
     server._popper.join(5)
+    while os.environ.get("DAMACY_FAKE_STUBBORN"):
+        time.sleep(1)  # until SIGKILL, or the parent's death
     if shm:
         os.unlink(shm)
     return 0

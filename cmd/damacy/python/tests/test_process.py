@@ -298,6 +298,27 @@ def test_files_of_a_server_that_exited_are_its_own_business(fake_binary, monkeyp
         os.unlink(shm_file(server))
 
 
+def test_close_escalates_to_sigkill_and_cleans_up(fake_binary, monkeypatch):
+    # A server that answers no close and ignores SIGTERM: close() waits for
+    # the answer, then for the exit, then SIGTERMs, then SIGKILLs, reaps it,
+    # and removes the /dev/shm files it could not. (The waits, 10 s and 5 s
+    # against the server's 5 s bound on closing its pipeline, are cut short
+    # here.)
+    import damacy._server as server_module
+
+    monkeypatch.setattr(server_module, "_CLOSE_REPLY_S", 0.5)
+    monkeypatch.setattr(server_module, "_EXIT_S", 0.5)
+    monkeypatch.setenv("DAMACY_FAKE_STUBBORN", "1")
+    monkeypatch.setenv("DAMACY_FAKE_SHM", "1")
+    p = damacy.Pipeline(config())
+    server = p.server_info["pid"]
+    wait_until(lambda: os.path.exists(shm_file(server)), what="the fake's file")
+    p.close()
+    assert gone(server)
+    assert p._conn.process.poll() == -signal.SIGKILL
+    assert not os.path.exists(shm_file(server))
+
+
 def test_closing_reason_reaches_the_caller(fake_binary, monkeypatch):
     monkeypatch.setenv("DAMACY_FAKE_CLOSING", "the parent process 1 died")
     with damacy.Pipeline(config(batch_size=1)) as p:
