@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,8 +63,8 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 type frameWriter struct {
 	mu      sync.Mutex // held for a whole frame
 	conn    *net.UnixConn
-	timeout time.Duration // each write's deadline
-	err     error
+	timeout time.Duration         // each write's deadline
+	err     atomic.Pointer[error] // the first failed write's, set under mu
 
 	dmu     sync.Mutex    // guards the deadline of the write in progress
 	writing bool          // a frame is being written
@@ -89,8 +90,8 @@ func (w *frameWriter) write(v any, fds []int) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.err != nil {
-		return w.err
+	if err := w.failed(); err != nil {
+		return err
 	}
 	w.dmu.Lock()
 	d := w.timeout
@@ -106,15 +107,19 @@ func (w *frameWriter) write(v any, fds []int) error {
 	}
 	w.dmu.Lock()
 	w.writing = false
+	if w.grace > 0 && w.grace < d {
+		d = w.grace // hurried meanwhile
+	}
 	w.dmu.Unlock()
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			err = fmt.Errorf("the client read nothing for %v: %w", d, err)
 		}
-		w.err = fmt.Errorf("serve: writing to the client: %w", err)
+		err = fmt.Errorf("serve: writing to the client: %w", err)
+		w.err.Store(&err)
 		w.conn.SetReadDeadline(time.Now())
 	}
-	return w.err
+	return err
 }
 
 // hurry bounds the write in progress, and each later one, by d: the
@@ -131,11 +136,13 @@ func (w *frameWriter) hurry(d time.Duration) {
 	}
 }
 
-// failed returns the error of the first failed write, if any.
+// failed returns the error of the first failed write, if any, without
+// waiting for a write in progress.
 func (w *frameWriter) failed() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
+	if p := w.err.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // request is any client message but its "id"; each op reads the members
