@@ -409,13 +409,17 @@ def test_interrupted_pop_gives_its_batch_back(serve_binary, stores):
             p.push([damacy.Sample(uri, box) for box in boxes[:2]])
 
             def interrupt():
-                support.wait_until(lambda: support.waiting_in(main, "pop"), timeout=60, what="the pop's wait")
+                # Once the pop waits and its batch's data is being read.
+                support.wait_until(
+                    lambda: support.waiting_in(main, "pop") and store.waiting.is_set(),
+                    timeout=60,
+                    what="the pop's wait",
+                )
                 signal.pthread_kill(main, signal.SIGINT)
 
             threading.Thread(target=interrupt, daemon=True).start()
             with pytest.raises(KeyboardInterrupt):
                 p.pop()
-            assert store.waiting.is_set()  # the batch was still being read
             store.gate.set()
             support.wait_until(
                 lambda: p.stats().batches_emitted == 1 and p.stats().slots_in_use == 0,
