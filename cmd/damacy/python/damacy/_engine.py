@@ -310,7 +310,9 @@ class CudaEngine(Engine):
             d.memcpy_dtoh(out.ctypes.data, address, nbytes)
 
     def _release_fields(self, lease: Lease) -> Dict[str, Any]:
-        sources = [("stream", s) for s in lease.streams] + lease.after
+        # Without repeats: release(stream) after an export on that stream
+        # (the usual training loop) records on it directly, no join stream.
+        sources = list(dict.fromkeys([("stream", s) for s in lease.streams] + lease.after))
         if not sources:
             return {}  # never used on a stream: nothing to wait for
         try:

@@ -14,6 +14,7 @@ import re
 import socket
 import sys
 import threading
+import types
 from typing import List
 
 import numpy as np
@@ -170,11 +171,19 @@ def export_and_release():
         assert records[-3].endswith(" 0x10") and records[-2].endswith(" 0x20")
         assert records[-1] == f"cuEventRecord {done0} {join}"
 
+        # Released after the stream it was exported to: recorded there,
+        # no join stream.
+        b5 = p.pop()
+        b5.__dlpack__(stream=0x30)
+        b5.release(types.SimpleNamespace(cuda_stream=0x30))  # as a torch.cuda.Stream
+        wait_until(lambda: len(servers[-1].releases) == 4)
+        assert calls("cuEventRecord")[-1] == f"cuEventRecord {done1} 0x30"
+
         # Never exported: a plain release.
         b4 = p.pop()
         b4.release()
-        wait_until(lambda: len(servers[-1].releases) == 4)
-        assert servers[-1].releases[3] == {"op": "release", "batch": 3}
+        wait_until(lambda: len(servers[-1].releases) == 5)
+        assert servers[-1].releases[4] == {"op": "release", "batch": 4}
     assert servers[-1].violations == []
     assert len(calls("cuIpcCloseMemHandle")) == 2
     destroyed = {line.split()[1] for line in calls("cuEventDestroy_v2")}
