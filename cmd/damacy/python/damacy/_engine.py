@@ -301,6 +301,10 @@ class CudaEngine(Engine):
             )
         if kind == "event" and handle == 0:
             return None  # an event never recorded orders nothing
+        if kind == "stream" and handle in (0, _cuda.CU_STREAM_PER_THREAD):
+            # torch's default stream is CUstream 0, the legacy default stream
+            # that __dlpack__(stream=None or 1) noted; see before_export.
+            handle = _cuda.CU_STREAM_LEGACY
         return kind, handle
 
     def to_host(self, lease: Lease, address: int, nbytes: int, out: Any) -> None:

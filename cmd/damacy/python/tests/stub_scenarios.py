@@ -108,7 +108,7 @@ def export_and_release():
     without a current context, whichever thread runs the deleter; the
     client makes no interprocess event; close frees everything."""
     with damacy.Pipeline(cfg()) as p:
-        p.push(sample(i) for i in range(10))
+        p.push(sample(i) for i in range(12))
         b = p.pop()
         assert b.__dlpack_device__() == (2, 1)
         np.testing.assert_array_equal(b.numpy(), expected(0, 2))  # cuMemcpyDtoH after the ready event
@@ -179,11 +179,19 @@ def export_and_release():
         wait_until(lambda: len(servers[-1].releases) == 4)
         assert calls("cuEventRecord")[-1] == f"cuEventRecord {done1} 0x30"
 
+        # torch's default stream (CUstream 0) is the legacy default stream
+        # that an export with stream=None waited on: one record, there.
+        b6 = p.pop()
+        b6.__dlpack__()
+        b6.release(types.SimpleNamespace(cuda_stream=0))
+        wait_until(lambda: len(servers[-1].releases) == 5)
+        assert calls("cuEventRecord")[-1] == f"cuEventRecord {done0} 0x1"
+
         # Never exported: a plain release.
         b4 = p.pop()
         b4.release()
-        wait_until(lambda: len(servers[-1].releases) == 5)
-        assert servers[-1].releases[4] == {"op": "release", "batch": 4}
+        wait_until(lambda: len(servers[-1].releases) == 6)
+        assert servers[-1].releases[5] == {"op": "release", "batch": 5}
     assert servers[-1].violations == []
     assert len(calls("cuIpcCloseMemHandle")) == 2
     destroyed = {line.split()[1] for line in calls("cuEventDestroy_v2")}
