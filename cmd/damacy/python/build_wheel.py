@@ -73,7 +73,7 @@ def metadata(ver: str) -> bytes:
         f"Version: {ver}",
         "Summary: Streams crops out of sharded zarr / OME-NGFF stores onto NVIDIA GPUs (or host memory) as DLPack batches",
         "Requires-Python: >=3.9",
-        "Requires-Dist: numpy",
+        "Requires-Dist: numpy>=1.22",  # DLPack capsules use its C deleters (_dlpack.py)
         "Classifier: Programming Language :: Python :: 3",
         "Classifier: Operating System :: POSIX :: Linux",
         "Description-Content-Type: text/markdown",

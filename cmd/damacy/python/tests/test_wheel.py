@@ -62,7 +62,7 @@ def test_wheel_contents(tmp_path, arch, machine, platform):
         meta = z.read(f"{info}/METADATA").decode()
         head = meta.split("\n\n", 1)[0].splitlines()
         assert "Name: damacy" in head and f"Version: {version}" in head
-        assert "Requires-Dist: numpy" in head and "Requires-Python: >=3.9" in head
+        assert "Requires-Dist: numpy>=1.22" in head and "Requires-Python: >=3.9" in head
         assert "# damacy" in meta.split("\n\n", 1)[1]  # the README
         assert "entry_points.txt" not in " ".join(names)
         rows = [line.split(",") for line in z.read(f"{info}/RECORD").decode().splitlines()]
