@@ -70,8 +70,10 @@ class Config:
             engine). 0 = the engine's default.
         dtype: Destination dtype for assembled batches.
         lookahead_batches: User-side push-queue depth (>= 2): the pipeline
-            pulls at most about ``lookahead_batches * batch_size`` samples
-            from pushed iterables ahead of what has been popped.
+            pulls at most about ``(lookahead_batches + batch_slots) *
+            batch_size`` samples from pushed iterables ahead of what has
+            been popped (enough to fill every batch slot and plan this many
+            batches beyond them).
         n_io_threads: IO worker threads (>= 1).
         n_compute_threads: CPU decode and parse workers (>= 0); 0 = one per
             CPU.

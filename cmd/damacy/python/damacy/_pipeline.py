@@ -144,7 +144,6 @@ class Pipeline:
         self._done = 0  # samples in batches popped (or failed)
         self._flushed_at = 0  # _sent at the last flush sent to the server
         self._stale = False  # an interrupted pop failed: _done needs the server's count
-        self._window = config.lookahead_batches * config.batch_size
 
         target = _device.choose(config.device)
         sock, process = _server.launch()
@@ -184,6 +183,12 @@ class Pipeline:
         }
         slots = hello.get("slots")
         self._slots = slots if isinstance(slots, int) and not isinstance(slots, bool) else 0
+        # Samples sent ahead of what has been popped: enough to fill every
+        # batch slot (the server assembles into each while the consumer
+        # holds one) plus the lookahead it plans ahead of those; with only
+        # the lookahead, a batch's last wave could not take in the next
+        # batch's first chunks, nor its reads start early.
+        self._window = (config.lookahead_batches + max(self._slots, 2)) * config.batch_size
         self._finalizer = weakref.finalize(self, _shut_down, conn, engine)
 
     def __repr__(self) -> str:
@@ -237,8 +242,8 @@ class Pipeline:
         """Queue samples for processing. Accepts any iterable (list,
         generator, infinite generator, …); large or unbounded sources
         are pulled lazily as :meth:`pop` frees space: at most about
-        ``lookahead_batches * batch_size`` samples ahead of what has been
-        popped are taken from the iterables and sent to the server, and
+        ``(lookahead_batches + batch_slots) * batch_size`` samples ahead of
+        what has been popped are taken from the iterables and sent to the server, and
         the unconsumed tail stays in the iterable.
 
         Fatal errors from the server's validator (NotFound,
