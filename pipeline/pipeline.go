@@ -118,7 +118,7 @@ func start(cfg Config, eng engine, stats *statsSink) (*Pipeline, error) {
 		stats:     stats,
 		wake:      make(chan struct{}, 1),
 		popped:    make(chan struct{}, 1),
-		lookahead: make(chan item, cfg.LookaheadBatches*cfg.BatchSize),
+		lookahead: make(chan item, (cfg.LookaheadBatches+cfg.BatchSlots-1)*cfg.BatchSize),
 		reqs:      make(chan *batchReq, 1),
 		results:   make(chan *result, cfg.LookaheadBatches),
 	}

@@ -70,10 +70,10 @@ class Config:
             engine). 0 = the engine's default.
         dtype: Destination dtype for assembled batches.
         lookahead_batches: User-side push-queue depth (>= 2): the pipeline
-            pulls at most about ``(lookahead_batches + batch_slots) *
+            plans this many batches ahead of those it fills, and pulls at
+            most about ``(lookahead_batches + 2 * batch_slots - 1) *
             batch_size`` samples from pushed iterables ahead of what has
-            been popped (enough to fill every batch slot and plan this many
-            batches beyond them).
+            been popped, to keep that full.
         n_io_threads: IO worker threads (>= 1).
         n_compute_threads: CPU decode and parse workers (>= 0); 0 = one per
             CPU.

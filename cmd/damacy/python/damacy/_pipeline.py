@@ -183,12 +183,14 @@ class Pipeline:
         }
         slots = hello.get("slots")
         self._slots = slots if isinstance(slots, int) and not isinstance(slots, bool) else 0
-        # Samples sent ahead of what has been popped: enough to fill every
-        # batch slot (the server assembles into each while the consumer
-        # holds one) plus the lookahead it plans ahead of those; with only
-        # the lookahead, a batch's last wave could not take in the next
-        # batch's first chunks, nor its reads start early.
-        self._window = (config.lookahead_batches + max(self._slots, 2)) * config.batch_size
+        # Samples sent ahead of what has been popped: enough to keep the
+        # server's intake full, its lookahead (lookahead_batches batches
+        # beyond the slots - 1 it fills while the consumer holds one) and
+        # a batch per slot; with only lookahead_batches, the engine could
+        # not fill its slots, nor take the next batch's first chunks into
+        # the last wave of the one before.
+        slots = max(self._slots, 2)
+        self._window = (config.lookahead_batches + 2 * slots - 1) * config.batch_size
         self._finalizer = weakref.finalize(self, _shut_down, conn, engine)
 
     def __repr__(self) -> str:
@@ -242,8 +244,8 @@ class Pipeline:
         """Queue samples for processing. Accepts any iterable (list,
         generator, infinite generator, …); large or unbounded sources
         are pulled lazily as :meth:`pop` frees space: at most about
-        ``(lookahead_batches + batch_slots) * batch_size`` samples ahead of
-        what has been popped are taken from the iterables and sent to the server, and
+        ``(lookahead_batches + 2 * batch_slots - 1) * batch_size`` samples
+        ahead of what has been popped are taken from the iterables and sent to the server, and
         the unconsumed tail stays in the iterable.
 
         Fatal errors from the server's validator (NotFound,

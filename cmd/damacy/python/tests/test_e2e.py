@@ -381,12 +381,15 @@ def test_pipeline_made_on_a_pool_thread_keeps_its_server(serve_binary, stores):
 
 def test_flush_covers_a_lazily_pulled_generator(serve_binary, stores):
     path, _, fill = stores["i16-zstd-checksum"]
-    boxes = [[(i, i + 6), (i, i + 9), (0, 10)] for i in range(9)]
+    # More than the client pulls ahead ((2 + 2 * 3 - 1) * 4 samples with
+    # the engine's 3 slots): flush comes before the generator is drained.
+    boxes = [[(i % 9, i % 9 + 6), (i % 9, i % 9 + 9), (0, 10)] for i in range(33)]
     with damacy.Pipeline(host_config(batch_size=4, lookahead_batches=2)) as p:
         p.push(damacy.Sample(path, box) for box in boxes)
         p.flush()
+        assert p.pending
         at = 0
-        for want in (4, 4, 1):
+        for want in [4] * 8 + [1]:
             with p.pop() as b:
                 assert b.info.shape[0] == want
                 assert_batch(b.numpy(), np.stack([reference(path, box, fill) for box in boxes[at : at + want]]), bf16=False)

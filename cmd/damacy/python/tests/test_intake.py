@@ -27,7 +27,7 @@ def test_infinite_generator_is_pulled_lazily(fake):
     cfg = config(batch_size=3, lookahead_batches=2)
     with damacy.Pipeline(cfg) as p:
         # Enough to fill every batch slot and the lookahead beyond them.
-        window = (cfg.lookahead_batches + p.server_info["slots"]) * cfg.batch_size
+        window = (cfg.lookahead_batches + 2 * p.server_info["slots"] - 1) * cfg.batch_size
         p.push(forever())
         n = next(pulled)  # items pulled so far (+1 for this call)
         assert n == window
@@ -41,12 +41,12 @@ def test_infinite_generator_is_pulled_lazily(fake):
 
 def test_pending_and_unconsumed_tail(fake):
     with damacy.Pipeline(config(batch_size=2, lookahead_batches=2)) as p:
-        assert p.server_info["slots"] == 2  # a window of (2 + 2) * 2 samples
-        items = iter([sample(i) for i in range(13)])
+        assert p.server_info["slots"] == 2  # a window of (2 + 2 * 2 - 1) * 2 samples
+        items = iter([sample(i) for i in range(15)])
         p.push(items)
-        assert p.pending  # 8 sent, 5 left in the iterator
+        assert p.pending  # 10 sent, 5 left in the iterator
         assert len(list(items)) == 4  # one was pulled ahead by pending; the rest stayed
-        for _ in range(4):
+        for _ in range(5):
             p.pop().release()
         assert not p.pending  # the ahead item went with the pops' top-up
         p.flush()
@@ -83,17 +83,17 @@ def counting(n=None, pulled=None):
 
 
 def test_flush_covers_a_lazily_pulled_generator(fake):
-    # push(generator of 17); flush(); batches(5): 4, 4, 4, 4 and a ragged
-    # 1, though flush came when only 16 had been pulled (the window: the
-    # lookahead of 2 batches and the fake server's 2 slots).
+    # push(generator of 21); flush(); batches(6): five of 4 and a ragged 1,
+    # though flush came when only 20 had been pulled (the window: the
+    # lookahead of 2 batches, and 2 + 1 more for the fake server's 2 slots).
     pulled = [0]
     with damacy.Pipeline(config(batch_size=4, lookahead_batches=2)) as p:
-        p.push(counting(17, pulled))
+        p.push(counting(21, pulled))
         p.flush()
-        assert pulled[0] == 16  # flush pulls no more than push did
-        assert p.pending  # the 17th is still in the generator
-        values, sizes = pop_all(p, 5)
-        assert sizes == [4, 4, 4, 4, 1] and values == firsts(range(17))
+        assert pulled[0] == 20  # flush pulls no more than push did
+        assert p.pending  # the 21st is still in the generator
+        values, sizes = pop_all(p, 6)
+        assert sizes == [4] * 5 + [1] and values == firsts(range(21))
         assert not p.pending
         with pytest.raises(damacy.TryAgain, match="no batch can complete"):
             p.pop()
@@ -119,7 +119,7 @@ def test_pending_and_pops_agree(fake):
     # pending is True exactly while a pushed sample has not gone to the
     # server; every pop before TryAgain gives a batch.
     with damacy.Pipeline(config(batch_size=4, lookahead_batches=2)) as p:
-        p.push(counting(29))
+        p.push(counting(37))
         p.flush()
         pending, sizes = [], []
         while True:
@@ -130,10 +130,10 @@ def test_pending_and_pops_agree(fake):
                 break
             sizes.append(b.info.shape[0])
             b.release()
-        assert sizes == [4] * 7 + [1]
-        # 16 sent at push; each pop tops up to 20 in flight (16 after it):
-        # the last of the 29 goes with the fourth pop.
-        assert pending == [True] * 4 + [False] * 5
+        assert sizes == [4] * 9 + [1]
+        # 20 sent at push; each pop tops up to 24 in flight (20 after it):
+        # the last of the 37 goes with the fifth pop.
+        assert pending == [True] * 5 + [False] * 6
 
 
 def test_samples_pushed_after_a_flush_start_new_batches(fake):
@@ -155,7 +155,7 @@ def test_flush_behind_an_infinite_generator_never_comes(fake):
         p.push(counting(None, pulled))
         p.push([sample(1000)])  # queued behind the generator: never reached
         p.flush()
-        assert pulled[0] == 16
+        assert pulled[0] == 20
         values, sizes = pop_all(p, 6)
         assert sizes == [4] * 6 and values == firsts(range(24))
         assert p.pending

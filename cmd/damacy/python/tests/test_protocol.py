@@ -143,7 +143,7 @@ def test_push_error_names_the_index_and_drops_the_iterator(fake):
 
 def test_rank_mismatch_from_a_later_pop(fake):
     def samples():
-        for i in range(12):
+        for i in range(14):
             yield sample(i)
         yield damacy.Sample("mem://a", [(0, 2), (0, 3)])
 
@@ -154,7 +154,7 @@ def test_rank_mismatch_from_a_later_pop(fake):
             for _ in range(5):
                 p.pop().release()
                 popped += 1
-        assert e.value.index == 12
+        assert e.value.index == 14
         assert popped == 2  # the third pop's top-up reached the bad sample
         for b in p.batches(2):  # what was accepted still comes out
             b.release()
