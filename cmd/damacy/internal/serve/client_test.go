@@ -86,6 +86,12 @@ func socketpair(t testing.TB) (*net.UnixConn, *os.File) {
 // a client on the other end and the channel serve's error arrives on.
 func startServe(t *testing.T) (*protoClient, <-chan error) {
 	t.Helper()
+	return startServeWith(t, Options{})
+}
+
+// startServeWith is startServe with serve's options.
+func startServeWith(t *testing.T, o Options) (*protoClient, <-chan error) {
+	t.Helper()
 	client, server := socketpair(t)
 	sc, err := net.FileConn(server)
 	server.Close()
@@ -93,7 +99,7 @@ func startServe(t *testing.T) (*protoClient, <-chan error) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- Run(context.Background(), sc.(*net.UnixConn), Options{}) }()
+	go func() { done <- Run(context.Background(), sc.(*net.UnixConn), o) }()
 	c := &protoClient{t: t, conn: client, early: map[int64]*protoMsg{}}
 	t.Cleanup(func() { c.conn.Close() })
 	return c, done

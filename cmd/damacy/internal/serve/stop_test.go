@@ -2,13 +2,11 @@ package serve
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,15 +66,7 @@ func flood(c *protoClient) <-chan struct{} {
 // out (Options.WriteTimeout), and the server stops.
 func TestServeWriteDeadline(t *testing.T) {
 	before := runtime.NumGoroutine()
-	client, server := socketpair(t)
-	sc, err := net.FileConn(server)
-	server.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- Run(context.Background(), sc.(*net.UnixConn), Options{WriteTimeout: time.Second}) }()
-	c := &protoClient{t: t, conn: client, early: map[int64]*protoMsg{}}
+	c, done := startServeWith(t, Options{WriteTimeout: time.Second})
 	mustOK(t, "hello", c.call("hello", hello(hostConfig())))
 	stopped := flood(c)
 	select {
@@ -87,7 +77,7 @@ func TestServeWriteDeadline(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("serve did not stop with a client that does not read")
 	}
-	client.Close()
+	c.conn.Close()
 	<-stopped
 	waitGoroutines(t, before)
 }
