@@ -23,6 +23,7 @@ import pytest
 import damacy
 import damacy._server
 
+import support
 from fake_server import FakeServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,6 +57,18 @@ class FakeServers:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.servers.append(FakeServer(theirs, slots=self.slots))
         return ours, None
+
+
+@pytest.fixture
+def serve_binary(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The damacy binary that serves (DAMACY_BINARY for the test's
+    pipelines); skips without one, fails instead when
+    DAMACY_REQUIRE_SERVE=1."""
+    path, why = support.serve_binary()
+    if path is None:
+        support.skip_or_fail(why, "DAMACY_REQUIRE_SERVE")
+    monkeypatch.setenv("DAMACY_BINARY", path)
+    return path
 
 
 @pytest.fixture

@@ -32,15 +32,6 @@ zarr_codecs = pytest.importorskip("zarr.codecs")
 BOX = (6, 9, 10)
 
 
-@pytest.fixture
-def serve_binary(monkeypatch) -> str:
-    path, why = support.serve_binary()
-    if path is None:
-        support.skip_or_fail(why, "DAMACY_REQUIRE_SERVE")
-    monkeypatch.setenv("DAMACY_BINARY", path)
-    return path
-
-
 def host_config(**kwargs) -> damacy.Config:
     """A small host-engine config (chunks here are far below 1 MiB)."""
     base = dict(

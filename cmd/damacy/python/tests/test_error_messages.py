@@ -71,20 +71,11 @@ def test_message_faults_catches_the_old_missing_store_message():
 
 
 @pytest.fixture
-def binary(monkeypatch) -> str:
-    path, why = support.serve_binary()
-    if path is None:
-        support.skip_or_fail(why, "DAMACY_REQUIRE_SERVE")
-    monkeypatch.setenv("DAMACY_BINARY", path)
-    return path
-
-
-@pytest.fixture
-def image(binary, tmp_path, monkeypatch) -> str:
+def image(serve_binary, tmp_path, monkeypatch) -> str:
     """A 32^3 OME-NGFF image of one shard, image.zarr in the working
     directory (the tests name it by a relative URI)."""
     subprocess.run(
-        [binary, "gen", "--arrays", "1", "--shape", "32,32,32", "smoke", str(tmp_path / "gen")],
+        [serve_binary, "gen", "--arrays", "1", "--shape", "32,32,32", "smoke", str(tmp_path / "gen")],
         check=True,
         capture_output=True,
     )
@@ -164,7 +155,7 @@ def test_unreadable_shard(image):
     check_message(e.value, image, SHARD)
 
 
-def test_budget_at_create(binary):
+def test_budget_at_create(serve_binary):
     with pytest.raises(damacy.BudgetExceeded) as e:
         damacy.Pipeline(
             support.config(
