@@ -12,7 +12,7 @@ import (
 )
 
 // fixtureDir holds stores written by zarr-python and tensorstore.
-const fixtureDir = "../zarr/testdata/crosscheck/fixtures"
+const fixtureDir = "../testdata"
 
 // fixtures returns the committed independent-writer stores (arrays only)
 // with a box shape for each.

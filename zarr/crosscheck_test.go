@@ -23,7 +23,7 @@ import (
 )
 
 // The cross-checks compare the reader with zarr-python, numcodecs and
-// tensorstore: testdata/crosscheck/make_stores.py writes arrays with them on
+// tensorstore: ../testdata/gen/make.py writes arrays with them on
 // fresh random data, and every array is read here over many random boxes
 // and compared, bit for bit, with what the writing library reads back.
 
@@ -294,7 +294,7 @@ func TestCrosscheckPython(t *testing.T) {
 	dir := t.TempDir()
 	seed := time.Now().UnixNano() % 1e9
 	t.Logf("seed %d", seed)
-	runPython(t, py, filepath.Join("testdata", "crosscheck", "make_stores.py"), dir, strconv.FormatInt(seed, 10))
+	runPython(t, py, filepath.Join("..", "testdata", "gen", "make.py"), dir, strconv.FormatInt(seed, 10))
 	entries := readCrossManifest(t, dir)
 	if len(entries) < 100 {
 		t.Fatalf("manifest lists %d arrays, want over 100", len(entries))
@@ -303,10 +303,9 @@ func TestCrosscheckPython(t *testing.T) {
 }
 
 // TestCrosscheckFixtures reads the small committed arrays written by
-// zarr-python and tensorstore (testdata/crosscheck/fixtures), with no
-// Python needed.
+// zarr-python and tensorstore (../testdata), with no Python needed.
 func TestCrosscheckFixtures(t *testing.T) {
-	dir := filepath.Join("testdata", "crosscheck", "fixtures")
+	dir := filepath.Join("..", "testdata")
 	entries := readCrossManifest(t, dir)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)

@@ -4,7 +4,7 @@ their expected contents, for the Go reader's cross-checks.
 usage: make_stores.py OUTDIR SEED [small]
 
 With "small", only a few small arrays are written: the committed fixtures
-(testdata/crosscheck/fixtures, made with SEED 1).
+(testdata/, made with SEED 1).
 
 OUTDIR receives one store per array (or OME-NGFF image) and, for each array
 (each NGFF level), expected/NAME.npy holding its full contents as the writer
