@@ -20,24 +20,57 @@ type BatchInfo struct {
 	ID     int64   // batch number, from 0, in push order
 }
 
-// Batch is one popped batch. Each Batch is its own handle; several may be
-// held at once, up to Config.BatchSlots. Release it when done.
+// Batch is one popped batch: one tensor per source (Config.Sources), each
+// in its own batch slot. Each Batch is its own handle; several may be held
+// at once, up to Config.BatchSlots. Release it when done. Info, Bytes,
+// CopyToHost, DLPack and Share are the first source's tensor's.
 type Batch struct {
 	p        *Pipeline
 	req      *batchReq
-	slot     *slot
+	tensors  []*Tensor
 	released atomic.Bool
 }
 
-func newBatch(p *Pipeline, r *result) *Batch {
-	return &Batch{p: p, req: r.req, slot: r.slot}
+// Tensor is one source's tensor of a batch, valid until the batch is
+// released (a DLPack export of it, until its deleter runs too).
+type Tensor struct {
+	b    *Batch
+	name string
+	slot *slot
 }
 
-// Info describes the batch. It is valid until Release.
-func (b *Batch) Info() BatchInfo {
-	s := b.slot
-	shape := append([]int64{int64(len(b.req.samples))}, s.shape[1:]...)
-	info := BatchInfo{Shape: shape, Dtype: s.dtype, ID: b.req.id}
+func newBatch(p *Pipeline, rs []*result) *Batch {
+	b := &Batch{p: p, req: rs[0].req}
+	for i, r := range rs {
+		b.tensors = append(b.tensors, &Tensor{b: b, name: p.lanes[i].src.Name, slot: r.slot})
+	}
+	return b
+}
+
+// Tensors returns the batch's tensors, in the order of Config.Sources.
+func (b *Batch) Tensors() []*Tensor { return b.tensors }
+
+// Tensor returns the tensor of the source called name, or nil.
+func (b *Batch) Tensor(name string) *Tensor {
+	for _, t := range b.tensors {
+		if t.name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// Name is the tensor's source's name.
+func (t *Tensor) Name() string { return t.name }
+
+// Info describes the batch's first tensor. It is valid until Release.
+func (b *Batch) Info() BatchInfo { return b.tensors[0].Info() }
+
+// Info describes the tensor. It is valid until the batch's Release.
+func (t *Tensor) Info() BatchInfo {
+	s := t.slot
+	shape := append([]int64{int64(t.b.Len())}, s.shape[1:]...)
+	info := BatchInfo{Shape: shape, Dtype: s.dtype, ID: t.b.req.id}
 	if s.host != nil {
 		info.Device = "cpu"
 		info.Ptr = sliceAddr(s.host)
@@ -55,43 +88,54 @@ func (b *Batch) Samples() []Sample { return b.req.samples }
 // Len is the number of samples in the batch.
 func (b *Batch) Len() int { return len(b.req.samples) }
 
-// Bytes returns the batch's bytes when it lives in host memory (host
-// engine), or nil. The slice is valid until Release.
-func (b *Batch) Bytes() []byte {
-	if b.slot.host == nil {
+// Bytes returns the first tensor's bytes when it lives in host memory
+// (host engine), or nil. The slice is valid until Release.
+func (b *Batch) Bytes() []byte { return b.tensors[0].Bytes() }
+
+// Bytes returns the tensor's bytes when it lives in host memory (host
+// engine), or nil. The slice is valid until the batch's Release.
+func (t *Tensor) Bytes() []byte {
+	if t.slot.host == nil {
 		return nil
 	}
-	return b.slot.host[:b.slot.bytes(len(b.req.samples))]
+	return t.slot.host[:t.slot.bytes(t.b.Len())]
 }
 
-// Release gives the batch slot back to the pipeline (after every DLPack
-// export of it has been deleted too). Later calls do nothing.
+// Release gives the batch's slots back to the pipeline (each after every
+// DLPack export of its tensor has been deleted too). Later calls do
+// nothing.
 func (b *Batch) Release() {
 	if b.released.CompareAndSwap(false, true) {
-		b.slot.unref()
+		for _, t := range b.tensors {
+			t.slot.unref()
+		}
 	}
 }
 
-// CopyToHost copies the batch's bytes (Info().Shape in C order) into dst,
+// CopyToHost copies the first tensor's bytes into dst (see
+// Tensor.CopyToHost).
+func (b *Batch) CopyToHost(dst []byte) error { return b.tensors[0].CopyToHost(dst) }
+
+// CopyToHost copies the tensor's bytes (Info().Shape in C order) into dst,
 // which must be at least that long, waiting for the batch to be ready.
-func (b *Batch) CopyToHost(dst []byte) error {
-	if b.released.Load() {
+func (t *Tensor) CopyToHost(dst []byte) error {
+	if t.b.released.Load() {
 		return newError("copy", ErrInvalid, "", errors.New("batch already released"))
 	}
-	n := b.slot.bytes(b.Len())
+	s := t.slot
+	n := s.bytes(t.b.Len())
 	if int64(len(dst)) < n {
-		return errorf("copy", ErrInvalid, "", "destination of %d bytes, the batch has %d", len(dst), n)
+		return errorf("copy", ErrInvalid, "", "destination of %d bytes, the tensor has %d", len(dst), n)
 	}
-	if b.slot.host != nil {
-		copy(dst, b.slot.host[:n])
+	if s.host != nil {
+		copy(dst, s.host[:n])
 		return nil
 	}
-	e := b.slot.gpu
-	err := e.ex.Do(func() error {
-		if err := b.slot.readyEvent.Synchronize(); err != nil {
+	err := s.gpu.ex.Do(func() error {
+		if err := s.readyEvent.Synchronize(); err != nil {
 			return err
 		}
-		return cuda.CopyDtoH(dst[:n], cuda.DevicePtr(b.slot.dev))
+		return cuda.CopyDtoH(dst[:n], cuda.DevicePtr(s.dev))
 	})
 	if err != nil {
 		return cudaError("copy", err)
@@ -104,10 +148,12 @@ func (b *Batch) CopyToHost(dst []byte) error {
 // only after it, without blocking the host. On the host engine it is
 // Release.
 func (b *Batch) ReleaseAfter(ev cuda.Event) {
-	if b.slot.host == nil && ev != 0 {
-		b.slot.mu.Lock()
-		b.slot.after = append(b.slot.after, afterEvent{ev: ev})
-		b.slot.mu.Unlock()
+	for _, t := range b.tensors {
+		if s := t.slot; s.host == nil && ev != 0 && !b.released.Load() {
+			s.mu.Lock()
+			s.after = append(s.after, afterEvent{ev: ev})
+			s.mu.Unlock()
+		}
 	}
 	b.Release()
 }
@@ -122,15 +168,18 @@ func (b *Batch) ReleaseAfter(ev cuda.Event) {
 // the tensor's deleter has run (after the consumer's stream has passed the
 // point of the deleter call) and the Batch is released.
 func (b *Batch) DLPack(consumerStream int64, format dlpack.Format) (*dlpack.Managed, error) {
-	if b.released.Load() {
+	return b.tensors[0].DLPack(consumerStream, format)
+}
+
+// DLPack exports the tensor as Batch.DLPack exports the first; its type
+// is its source's Dtype.
+func (t *Tensor) DLPack(consumerStream int64, format dlpack.Format) (*dlpack.Managed, error) {
+	if t.b.released.Load() {
 		return nil, newError("dlpack", ErrInvalid, "", errors.New("batch already released"))
 	}
-	info := b.Info()
-	d := dlpack.Desc{Data: info.Ptr, Shape: info.Shape, DType: dlpack.Scalar(dlpack.Float, 32)}
-	if info.Dtype == BF16 {
-		d.DType = dlpack.Scalar(dlpack.Bfloat, 16)
-	}
-	s := b.slot
+	info := t.Info()
+	d := dlpack.Desc{Data: info.Ptr, Shape: info.Shape, DType: info.Dtype.dlpack()}
+	s := t.slot
 	w := slotWaiter{s}
 	if s.host != nil {
 		d.Device = dlpack.Device{Type: dlpack.CPU}

@@ -225,7 +225,7 @@ func runEpochs(t *testing.T, p *Pipeline, epochs [][]Sample) epochRun {
 			if err != nil {
 				t.Fatalf("Pop: %v", err)
 			}
-			buf := make([]byte, b.slot.bytes(b.Len()))
+			buf := make([]byte, b.tensors[0].slot.bytes(b.Len()))
 			if err := b.CopyToHost(buf); err != nil {
 				t.Fatal(err)
 			}
@@ -437,7 +437,7 @@ func testRewrittenShard(t *testing.T, dev string, rename bool) {
 			t.Fatal(err)
 		}
 		defer b.Release()
-		have := make([]byte, b.slot.bytes(b.Len()))
+		have := make([]byte, b.tensors[0].slot.bytes(b.Len()))
 		if err := b.CopyToHost(have); err != nil {
 			t.Fatal(err)
 		}

@@ -7,45 +7,80 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/damacy-go/damacy/dlpack"
 	"github.com/damacy-go/damacy/zarr/remote"
 )
 
-// Dtype is the element type of the output tensors.
+// Dtype is the element type of an output tensor.
 type Dtype uint8
 
 const (
 	F32  Dtype = iota // float32 (the default)
 	BF16              // bfloat16, rounded to nearest even; NaN stays NaN
+	U8                // uint8, for labels: values pass through, a value that does not fit fails the batch
+	I32               // int32, for labels, as U8
+	I64               // int64, for labels, as U8
 )
 
-// String returns "float32" or "bfloat16".
+var dtypeNames = [...]string{F32: "float32", BF16: "bfloat16", U8: "uint8", I32: "int32", I64: "int64"}
+
+// String returns the type's name ("float32", "bfloat16", "uint8", ...).
 func (d Dtype) String() string {
-	switch d {
-	case F32:
-		return "float32"
-	case BF16:
-		return "bfloat16"
+	if d.valid() {
+		return dtypeNames[d]
 	}
 	return "Dtype(" + strconv.Itoa(int(d)) + ")"
 }
 
+func (d Dtype) valid() bool { return int(d) < len(dtypeNames) }
+
 // Size is the element size in bytes.
 func (d Dtype) Size() int {
-	if d == BF16 {
+	switch d {
+	case BF16:
 		return 2
+	case U8:
+		return 1
+	case I64:
+		return 8
 	}
 	return 4
 }
 
-// ParseDtype accepts "f32", "float32", "bf16" and "bfloat16" (any case).
+// dlpack returns the DLPack type of d.
+func (d Dtype) dlpack() dlpack.DataType {
+	switch d {
+	case BF16:
+		return dlpack.Scalar(dlpack.Bfloat, 16)
+	case U8:
+		return dlpack.Scalar(dlpack.UInt, 8)
+	case I32:
+		return dlpack.Scalar(dlpack.Int, 32)
+	case I64:
+		return dlpack.Scalar(dlpack.Int, 64)
+	}
+	return dlpack.Scalar(dlpack.Float, 32)
+}
+
+// IsInteger reports whether d is an integer type (a label output).
+func (d Dtype) IsInteger() bool { return d == U8 || d == I32 || d == I64 }
+
+// ParseDtype accepts "f32", "float32", "bf16", "bfloat16", "u8", "uint8",
+// "i32", "int32", "i64" and "int64" (any case).
 func ParseDtype(s string) (Dtype, error) {
 	switch strings.ToLower(s) {
 	case "f32", "float32":
 		return F32, nil
 	case "bf16", "bfloat16":
 		return BF16, nil
+	case "u8", "uint8":
+		return U8, nil
+	case "i32", "int32":
+		return I32, nil
+	case "i64", "int64":
+		return I64, nil
 	}
-	return 0, errorf("parse dtype", ErrInvalid, "", "unknown output dtype %q (want f32, float32, bf16 or bfloat16)", s)
+	return 0, errorf("parse dtype", ErrInvalid, "", "unknown output dtype %q (want f32, float32, bf16, bfloat16, u8, uint8, i32, int32, i64 or int64)", s)
 }
 
 // Defaults of Config's fields; a zero field means the value here.
@@ -78,8 +113,14 @@ type Config struct {
 	// SampleShape is the extent of every box, in the arrays' stored axis
 	// order, rank 1..8. Empty: the first pushed sample fixes it.
 	SampleShape []int
-	// Dtype is the output element type: F32 (default) or BF16.
+	// Dtype is the output element type: F32 (default) or BF16 (or an
+	// integer type, for a label array). With Sources, each source has its
+	// own and Dtype, if set, must be the first source's.
 	Dtype Dtype
+	// Sources, when set, makes every batch hold one tensor per source,
+	// each read from its own array with the same box (see Source). Empty:
+	// one tensor, named DefaultSourceName, from the sample's array.
+	Sources []Source
 	// HostBufferBytes is the staging memory for compressed chunk bytes
 	// (pinned on the CUDA engine, which also mirrors two thirds of it on
 	// the GPU), split into slabs. Default 1 GiB; 1.5 GiB on the CUDA
@@ -204,9 +245,14 @@ func (c Config) withDefaults() (Config, error) {
 			return bad(fmt.Sprintf("SampleShape[%d]", i), n, "positive")
 		}
 	}
-	if c.Dtype != F32 && c.Dtype != BF16 {
-		return bad("Dtype", c.Dtype, "F32 or BF16")
+	if !c.Dtype.valid() {
+		return bad("Dtype", c.Dtype, "F32, BF16, U8, I32 or I64")
 	}
+	srcs, err := sourcesOf(&c)
+	if err != nil {
+		return Config{}, err
+	}
+	c.Sources = srcs
 	// Zero buffer sizes stay zero here: each engine has its own defaults
 	// (withBuffers).
 	if c.HostBufferBytes != 0 && c.HostBufferBytes < 1<<20 {

@@ -106,7 +106,7 @@ func sample(start int64) Sample {
 
 func firstValues(t *testing.T, b *Batch) []int64 {
 	t.Helper()
-	per := int(b.slot.bytes(1))
+	per := int(b.tensors[0].slot.bytes(1))
 	var out []int64
 	for i := range b.Len() {
 		out = append(out, int64(math.Float32frombits(binary.LittleEndian.Uint32(b.Bytes()[i*per:]))))

@@ -19,6 +19,7 @@ import (
 type source struct {
 	uri   string // the sample's URI (and level, for NGFF groups)
 	arr   *zarr.Array
+	names []string       // axis names (OME-NGFF axes or dimension_names); empty strings where unknown
 	dir   *zarr.DirStore // the local directory behind arr, for pread through the fd cache
 	obj   *remote.Store  // the object store behind arr, read with ranged GETs (remote.go)
 	dtype ptx.Dtype
@@ -95,12 +96,16 @@ func (m *metaCache) load(uri string, level int) (*source, error) {
 		return nil, openError(uri, err)
 	}
 	var arr *zarr.Array
+	var names []string
 	switch kind {
 	case zarr.NodeArray:
 		if level != 0 {
 			return nil, errorf("open", ErrInvalid, uri, "level %d asked of an array (levels are for OME-NGFF groups)", level)
 		}
 		arr, err = zarr.OpenStore(st, path)
+		if err == nil {
+			names = arr.DimensionNames()
+		}
 	default:
 		var ms *zarr.Multiscale
 		ms, err = zarr.OpenNGFFStore(st, path)
@@ -109,6 +114,9 @@ func (m *metaCache) load(uri string, level int) (*source, error) {
 				return nil, errorf("open", ErrInvalid, uri, "level %d of an image with %d levels", level, len(ms.Levels()))
 			}
 			arr, err = ms.Level(level)
+			for _, a := range ms.Axes() {
+				names = append(names, a.Name)
+			}
 		}
 	}
 	if err != nil {
@@ -122,7 +130,7 @@ func (m *metaCache) load(uri string, level int) (*source, error) {
 	if !ok {
 		return nil, errorf("open", ErrDtype, uri, "data type %s has no cast to float32", dt)
 	}
-	src := &source{uri: uri, arr: arr, dtype: pdt, fill: plan.FillBits(pdt, arr.FillValue())}
+	src := &source{uri: uri, arr: arr, names: names, dtype: pdt, fill: plan.FillBits(pdt, arr.FillValue())}
 	src.dir, _ = arr.Store().(*zarr.DirStore)
 	src.loc = &cache.Locator{Store: arr.Store(), ID: uri, Sizes: m.sizes, Indexes: m.indexes, IndexLookup: m.countIndex, Versions: m.versions}
 	src.obj, _ = arr.Store().(*remote.Store)

@@ -112,7 +112,7 @@ func collect(t *testing.T, cfg Config, device string, samples []Sample, ordinal 
 			return nil
 		}
 		info := b.Info()
-		buf := make([]byte, b.slot.bytes(b.Len()))
+		buf := make([]byte, b.tensors[0].slot.bytes(b.Len()))
 		if ordinal >= 0 {
 			if info.Device != device {
 				t.Errorf("%s: Info().Device = %q", device, info.Device)

@@ -49,7 +49,8 @@ type item struct {
 	err   error
 }
 
-// batchReq is one batch to produce: its samples in push order.
+// batchReq is one batch to produce: its samples in push order (for a
+// source other than the primary, the samples as that source reads them).
 type batchReq struct {
 	id      int64
 	samples []Sample
@@ -69,7 +70,8 @@ type Pipeline struct {
 	cfg    Config
 	ctx    context.Context
 	cancel context.CancelFunc
-	eng    engine
+	eng    engine  // the primary source's engine (lanes[0].eng)
+	lanes  []*lane // one per source, the primary first
 
 	mu       sync.Mutex
 	closed   bool
@@ -81,10 +83,10 @@ type Pipeline struct {
 	draining bool          // Shutdown stopped intake
 	popped   chan struct{} // poked (capacity 1) whenever Pop delivers, for Shutdown
 
-	lookahead chan item      // admitted samples
-	reqs      chan *batchReq // batches to the engine
-	results   chan *result   // finished batches, in order
-	popMu     sync.Mutex     // one Pop at a time, so batches leave in order
+	lookahead chan item     // admitted samples
+	popMu     sync.Mutex    // one Pop at a time, so batches leave in order
+	popped1   []*result     // under popMu: results of the next batch taken from the first lanes by a Pop that was interrupted
+	axes      *metaCache    // opens arrays for matching the sources' axes (batch goroutine)
 	wg        sync.WaitGroup
 
 	stats *statsSink
@@ -98,45 +100,66 @@ func New(cfg Config) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	stats := new(statsSink)
-	eng, err := newEngine(cfg, stats)
-	if err != nil {
-		return nil, err
+	var lanes []*lane
+	for i, src := range cfg.Sources {
+		stats := new(statsSink)
+		eng, err := newEngine(cfg.forSource(i), stats)
+		if err != nil {
+			for _, l := range lanes {
+				l.eng.close()
+			}
+			if len(cfg.Sources) > 1 {
+				err = sourceError(src.Name, err)
+			}
+			return nil, err
+		}
+		lanes = append(lanes, newLane(src, eng, stats, cfg))
 	}
-	return start(cfg, eng, stats)
+	return startLanes(cfg, lanes)
 }
 
-// start runs a pipeline on an engine; New chooses the engine, tests may
-// supply their own.
+// start runs a pipeline of one source on an engine; New chooses the
+// engine, tests may supply their own.
 func start(cfg Config, eng engine, stats *statsSink) (*Pipeline, error) {
+	src := Source{Name: DefaultSourceName, Dtype: cfg.Dtype}
+	cfg.Sources = []Source{src}
+	return startLanes(cfg, []*lane{newLane(src, eng, stats, cfg)})
+}
+
+// startLanes runs a pipeline on one engine per source.
+func startLanes(cfg Config, lanes []*lane) (*Pipeline, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pipeline{
 		cfg:       cfg,
 		ctx:       ctx,
 		cancel:    cancel,
-		eng:       eng,
-		stats:     stats,
+		eng:       lanes[0].eng,
+		lanes:     lanes,
+		stats:     lanes[0].stats,
 		wake:      make(chan struct{}, 1),
 		popped:    make(chan struct{}, 1),
 		lookahead: make(chan item, (cfg.LookaheadBatches+cfg.BatchSlots-1)*cfg.BatchSize),
-		reqs:      make(chan *batchReq, 1),
-		results:   make(chan *result, cfg.LookaheadBatches),
+	}
+	if len(lanes) > 1 {
+		p.axes = newMetaCache(cfg, new(statsSink))
 	}
 	if len(cfg.SampleShape) > 0 {
 		p.shape = cfg.SampleShape
-		if err := eng.reserve(p.shape); err != nil {
-			eng.close()
+		if err := lanes[0].eng.reserve(p.shape); err != nil {
+			closeLanes(lanes)
 			cancel()
 			return nil, err
 		}
 	}
-	p.wg.Add(2)
+	p.wg.Add(1 + len(lanes))
 	go p.feed()
 	go p.batch()
-	go func() {
-		defer p.wg.Done()
-		eng.run(ctx, p.reqs, p.results)
-	}()
+	for _, l := range lanes {
+		go func() {
+			defer p.wg.Done()
+			l.eng.run(ctx, l.reqs, l.results)
+		}()
+	}
 	return p, nil
 }
 
@@ -221,13 +244,32 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	}
 	start := time.Now()
 	stage := p.eng.headStage()
-	var r *result
-	select {
-	case r = <-p.results:
-	case <-ctx.Done():
-		return nil, canceled("pop", ctx)
-	case <-p.ctx.Done():
-		return nil, newError("pop", ErrShutdown, "", nil)
+	// One result from every lane, in order; an interrupted Pop keeps
+	// what it took for the next.
+	for len(p.popped1) < len(p.lanes) {
+		select {
+		case r := <-p.lanes[len(p.popped1)].results:
+			p.popped1 = append(p.popped1, r)
+		case <-ctx.Done():
+			return nil, canceled("pop", ctx)
+		case <-p.ctx.Done():
+			return nil, newError("pop", ErrShutdown, "", nil)
+		}
+	}
+	rs := p.popped1
+	p.popped1 = nil
+	r := rs[0]
+	for i, ri := range rs[1:] {
+		if ri.err != nil && r.err == nil {
+			r = &result{req: r.req, err: sourceError(p.lanes[i+1].src.Name, ri.err)}
+		}
+	}
+	if r.err != nil {
+		for _, ri := range rs {
+			if ri.slot != nil {
+				ri.slot.unref()
+			}
+		}
 	}
 	wait := time.Since(start)
 	if p.cfg.Trace != nil {
@@ -246,7 +288,9 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	if r.err == nil {
 		p.stats.BatchesEmitted++
 		p.stats.SamplesEmitted += n
-		p.stats.OutputBytes += r.slot.bytes(len(r.req.samples))
+		for _, ri := range rs {
+			p.stats.OutputBytes += ri.slot.bytes(len(r.req.samples))
+		}
 		if len(r.req.samples) < p.cfg.BatchSize {
 			p.stats.BatchesTruncated++
 		}
@@ -260,7 +304,7 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	return newBatch(p, r), nil
+	return newBatch(p, rs), nil
 }
 
 // Batches pops n batches (n < 0: until ctx is done or the pipeline closes),
@@ -295,18 +339,26 @@ func (p *Pipeline) Close() error {
 	p.cancel()
 	p.wg.Wait()
 	// Batches already finished but never popped give their slots back.
-	for {
-		select {
-		case r := <-p.results:
-			if r.slot != nil {
-				r.slot.unref()
+	p.popMu.Lock()
+	done := p.popped1
+	p.popped1 = nil
+	p.popMu.Unlock()
+	for _, l := range p.lanes {
+		for drained := false; !drained; {
+			select {
+			case r := <-l.results:
+				done = append(done, r)
+			default:
+				drained = true
 			}
-			continue
-		default:
 		}
-		break
 	}
-	return p.eng.close()
+	for _, r := range done {
+		if r.slot != nil {
+			r.slot.unref()
+		}
+	}
+	return closeLanes(p.lanes)
 }
 
 // Shutdown stops intake (Push, PushSeq and Flush then return ErrShutdown),
@@ -342,24 +394,35 @@ func (p *Pipeline) Shutdown(ctx context.Context) error {
 }
 
 // Stats returns a snapshot of the pipeline's metrics.
+// With several sources, the stages' metrics and counters add up over the
+// sources' engines, and so do the memory gauges.
 func (p *Pipeline) Stats() Stats {
 	p.stats.mu.Lock()
 	s := p.stats.Stats
 	p.stats.mu.Unlock()
+	for _, l := range p.lanes[1:] {
+		l.stats.mu.Lock()
+		s.addEngine(&l.stats.Stats)
+		l.stats.mu.Unlock()
+	}
 	s.SamplesInFlight = p.inFlight.Load()
 	// The first Push may be creating the slot pool (reserve, under p.mu).
 	p.mu.Lock()
-	s.SlotsInUse = p.eng.slotsInUse()
+	for _, l := range p.lanes {
+		s.SlotsInUse += l.eng.slotsInUse()
+	}
 	p.mu.Unlock()
 	return s
 }
 
 // StatsReset zeroes the stage metrics and counters (not the gauges).
 func (p *Pipeline) StatsReset() {
-	p.stats.mu.Lock()
-	defer p.stats.mu.Unlock()
-	s := &p.stats.Stats
-	*s = Stats{Engine: s.Engine, Decoder: s.Decoder, GPUBytesCommitted: s.GPUBytesCommitted, ChunkCacheBytes: s.ChunkCacheBytes, MappedFileBytes: s.MappedFileBytes}
+	for _, l := range p.lanes {
+		l.stats.mu.Lock()
+		s := &l.stats.Stats
+		*s = Stats{Engine: s.Engine, Decoder: s.Decoder, GPUBytesCommitted: s.GPUBytesCommitted, ChunkCacheBytes: s.ChunkCacheBytes, MappedFileBytes: s.MappedFileBytes}
+		l.stats.mu.Unlock()
+	}
 }
 
 // checkLocked validates a sample against the pipeline's sample shape,
@@ -505,21 +568,27 @@ func (p *Pipeline) stopSeqs() {
 	}
 }
 
-// batch cuts the lookahead into batch requests.
+// batch cuts the lookahead into batch requests, one per source.
 func (p *Pipeline) batch() {
 	defer p.wg.Done()
-	defer close(p.reqs)
+	defer func() {
+		for _, l := range p.lanes {
+			close(l.reqs)
+		}
+	}()
 	var id int64
 	var cur *batchReq
 	emit := func() bool {
-		select {
-		case p.reqs <- cur:
-			id++
-			cur = nil
-			return true
-		case <-p.ctx.Done():
-			return false
+		for i, req := range p.split(cur) {
+			select {
+			case p.lanes[i].reqs <- req:
+			case <-p.ctx.Done():
+				return false
+			}
 		}
+		id++
+		cur = nil
+		return true
 	}
 	for {
 		var it item

@@ -72,7 +72,7 @@ func comparePopped(t *testing.T, p *Pipeline, samples []Sample, out Dtype) {
 		if err != nil {
 			t.Fatalf("Pop after %d samples: %v", got, err)
 		}
-		have := make([]byte, b.slot.bytes(b.Len()))
+		have := make([]byte, b.tensors[0].slot.bytes(b.Len()))
 		if err := b.CopyToHost(have); err != nil {
 			t.Fatal(err)
 		}

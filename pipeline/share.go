@@ -55,12 +55,16 @@ type slotShare struct {
 // It fails with ErrInvalid after Release or where host slots have no
 // memfd (outside Linux on amd64 and arm64), and with ErrCUDA where the
 // driver does not share memory or events between processes.
-func (b *Batch) Share() (Shared, error) {
-	if b.released.Load() {
+func (b *Batch) Share() (Shared, error) { return b.tensors[0].Share() }
+
+// Share returns what another process needs to use the tensor in place, as
+// Batch.Share does for the first tensor. Slot numbers are per source.
+func (t *Tensor) Share() (Shared, error) {
+	if t.b.released.Load() {
 		return Shared{}, newError("share", ErrInvalid, "", errors.New("batch already released"))
 	}
-	s := b.slot
-	sh := Shared{Slot: s.index, Bytes: s.bytes(b.Len()), Size: s.bytes(int(s.shape[0])), FD: -1}
+	s := t.slot
+	sh := Shared{Slot: s.index, Bytes: s.bytes(t.b.Len()), Size: s.bytes(int(s.shape[0])), FD: -1}
 	if s.host != nil {
 		if s.share.fd < 0 {
 			return Shared{}, newError("share", ErrInvalid, "", errors.New("host batch slots are not shared memory on this platform"))

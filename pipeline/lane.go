@@ -1,0 +1,182 @@
+package pipeline
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+
+	"github.com/damacy-go/damacy/pipeline/cache"
+)
+
+// lane is one source's engine and its request and result queues. The
+// batch goroutine sends every lane its share of each batch, in order; Pop
+// takes one result from each.
+type lane struct {
+	src     Source
+	eng     engine
+	stats   *statsSink
+	reqs    chan *batchReq
+	results chan *result
+
+	// Batch goroutine only (a lane other than the primary): the source's
+	// sample shape, fixed by the first batch, and its axis match per
+	// primary array.
+	shape []int
+	maps  *cache.LRU[string, axisMap]
+}
+
+func newLane(src Source, eng engine, stats *statsSink, cfg Config) *lane {
+	return &lane{
+		src:     src,
+		eng:     eng,
+		stats:   stats,
+		reqs:    make(chan *batchReq, 1),
+		results: make(chan *result, cfg.LookaheadBatches),
+		maps:    cache.NewLRU[string, axisMap](cfg.ZarrMetaCache, nil),
+	}
+}
+
+// closeLanes closes every lane's engine, returning the errors joined.
+func closeLanes(lanes []*lane) error {
+	var errs []error
+	for _, l := range lanes {
+		errs = append(errs, l.eng.close())
+	}
+	return errors.Join(errs...)
+}
+
+// forSource returns the configuration of source i's engine.
+func (c Config) forSource(i int) Config {
+	s := c.Sources[i]
+	c.Dtype = s.Dtype
+	if s.HostBufferBytes > 0 {
+		c.HostBufferBytes = s.HostBufferBytes
+	}
+	if s.DeviceBufferBytes > 0 {
+		c.DeviceBufferBytes = s.DeviceBufferBytes
+	}
+	if n := len(c.Sources); n > 1 {
+		c.MaxGPUMemoryBytes /= int64(n)
+		c.Logger = c.Logger.With("source", s.Name)
+	}
+	if i > 0 {
+		c.SampleShape = nil // fixed by the first batch (lane.shape)
+	}
+	return c
+}
+
+// sourceError says which source an error of a pipeline with several
+// sources is about.
+func sourceError(name string, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		c := *e
+		c.Op = "source " + strconv.Quote(name) + ": " + c.Op
+		return &c
+	}
+	return newError("source "+strconv.Quote(name), ErrInvalid, "", err)
+}
+
+// split returns the requests of a batch for every lane: the batch itself
+// for the primary, and for each other source its samples as that source
+// reads them. A sample that cannot be matched to a source fails the batch
+// in every lane.
+func (p *Pipeline) split(req *batchReq) []*batchReq {
+	out := make([]*batchReq, len(p.lanes))
+	out[0] = req
+	for i := 1; i < len(p.lanes); i++ {
+		out[i] = &batchReq{id: req.id, flushAt: req.flushAt, err: req.err}
+	}
+	if req.err != nil {
+		return out
+	}
+	for i, l := range p.lanes[1:] {
+		samples := make([]Sample, len(req.samples))
+		for n, s := range req.samples {
+			ls, err := p.project(l, s)
+			if err != nil {
+				err = sourceError(l.src.Name, sampleError(n, s, err))
+				for _, r := range out {
+					r.err = err
+				}
+				return out
+			}
+			samples[n] = ls
+		}
+		out[i+1].samples = samples
+	}
+	return out
+}
+
+// project returns the sample a lane reads for a primary sample, fixing the
+// lane's sample shape (and reserving its slots) at the first.
+func (p *Pipeline) project(l *lane, s Sample) (Sample, error) {
+	uri := l.src.resolve(s.URI)
+	m, _, err := l.maps.Get(s.URI+"\x00"+strconv.Itoa(s.Level), func() (axisMap, error) {
+		prim, err := p.axes.open(s.URI, s.Level)
+		if err != nil {
+			return nil, err
+		}
+		src, err := p.axes.open(uri, s.Level)
+		if err != nil {
+			return nil, err
+		}
+		return matchAxes(prim.names, src.names, prim.arr.Rank(), src.arr.Rank(), uri)
+	})
+	if err != nil {
+		return Sample{}, err
+	}
+	shape := m.shape(p.shape)
+	if l.shape == nil {
+		p.mu.Lock()
+		err := l.eng.reserve(shape)
+		p.mu.Unlock()
+		if err != nil {
+			return Sample{}, err
+		}
+		l.shape = shape
+	} else if !slices.Equal(shape, l.shape) {
+		return Sample{}, errorf("plan", ErrInvalid, uri, "source %q would read a box of shape %v, earlier samples gave it %v", l.src.Name, shape, l.shape)
+	}
+	return Sample{URI: uri, Box: m.project(s.Box), Level: s.Level}, nil
+}
+
+// addEngine adds another engine's metrics, counters and memory gauges to s.
+func (s *Stats) addEngine(o *Stats) {
+	for _, m := range [...]struct{ to, from *Metric }{
+		{&s.Plan, &o.Plan}, {&s.IO, &o.IO}, {&s.Check, &o.Check}, {&s.H2D, &o.H2D},
+		{&s.Decompress, &o.Decompress}, {&s.Assemble, &o.Assemble},
+	} {
+		m.to.merge(m.from)
+	}
+	for _, c := range [...]struct{ to, from *int64 }{
+		{&s.ZarrMetaHits, &o.ZarrMetaHits}, {&s.ZarrMetaMisses, &o.ZarrMetaMisses},
+		{&s.ShardIndexHits, &o.ShardIndexHits}, {&s.ShardIndexMisses, &o.ShardIndexMisses},
+		{&s.WavesEmitted, &o.WavesEmitted}, {&s.WavesShared, &o.WavesShared},
+		{&s.GPUBytesCommitted, &o.GPUBytesCommitted},
+		{&s.ChunkCacheHits, &o.ChunkCacheHits}, {&s.ChunkCacheMisses, &o.ChunkCacheMisses},
+		{&s.ChunkCacheEvictions, &o.ChunkCacheEvictions}, {&s.ChunkCacheBytes, &o.ChunkCacheBytes},
+		{&s.ChunksDecoded, &o.ChunksDecoded}, {&s.ChunksGPU, &o.ChunksGPU},
+		{&s.ChunksRedecoded, &o.ChunksRedecoded}, {&s.ChunksFill, &o.ChunksFill},
+		{&s.ChunksDeduped, &o.ChunksDeduped}, {&s.ReadOps, &o.ReadOps},
+		{&s.BytesRead, &o.BytesRead}, {&s.BytesMapped, &o.BytesMapped},
+		{&s.MappedFileBytes, &o.MappedFileBytes}, {&s.RemoteRequests, &o.RemoteRequests},
+		{&s.RemoteRetries, &o.RemoteRetries}, {&s.BoxBytes, &o.BoxBytes},
+	} {
+		*c.to += *c.from
+	}
+}
+
+// merge adds another stage's measurements to m.
+func (m *Metric) merge(o *Metric) {
+	if o.Count == 0 {
+		return
+	}
+	m.Time += o.Time
+	if m.Best == 0 || (o.Best != 0 && o.Best < m.Best) {
+		m.Best = o.Best
+	}
+	m.InBytes += o.InBytes
+	m.OutBytes += o.OutBytes
+	m.Count += o.Count
+}

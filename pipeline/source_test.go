@@ -1,0 +1,225 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/writer"
+)
+
+// imageWithLabel writes an OME-NGFF 0.5 image (axes c, z, y, x; uint16;
+// two levels) with a label image "cells" (axes z, y, x; uint8) under
+// labels/, both of random data, and returns the image's path.
+func imageWithLabel(t testing.TB, dir string, seed uint64) string {
+	t.Helper()
+	img := filepath.Join(dir, "img.zarr")
+	space := func(n string) writer.Axis { return writer.Axis{Name: n, Type: "space"} }
+	write := func(path string, axes []writer.Axis, spec writer.Spec, s uint64) {
+		m, err := writer.CreateNGFF(path, writer.NGFFSpec{Axes: axes, Levels: 2, Downsampling: writer.Nearest, Array: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		syn := &writer.Synth{Seed: s, DataType: spec.DataType, Shape: spec.Shape, Amplitude: 0.5, NoiseBits: 3, RandomFraction: 0.3}
+		if err := m.Level(0).WriteFrom(context.Background(), 2, syn.Fill); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Downsample(context.Background(), 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(img, []writer.Axis{{Name: "c", Type: "channel"}, space("z"), space("y"), space("x")},
+		writer.Spec{DataType: zarr.Uint16, Shape: []int64{2, 20, 36, 40}, ChunkShape: []int64{1, 8, 16, 16},
+			Compression: writer.Compression{Codec: writer.Zstd, Level: 1}}, seed)
+	write(filepath.Join(img, "labels", "cells"), []writer.Axis{space("z"), space("y"), space("x")},
+		writer.Spec{DataType: zarr.Uint8, Shape: []int64{20, 36, 40}, ChunkShape: []int64{8, 8, 16},
+			ShardShape: []int64{16, 16, 32}, Compression: writer.Compression{Codec: writer.Zstd, Level: 1}}, seed+1)
+	labels := `{"zarr_format":3,"node_type":"group","attributes":{"ome":{"version":"0.5","labels":["cells"]}}}`
+	if err := os.WriteFile(filepath.Join(img, "labels", "zarr.json"), []byte(labels), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// TestSources reads an image and its label in one pipeline and checks
+// each tensor against the reference reader's read of its box: the label
+// drops the image's channel axis.
+func TestSources(t *testing.T) {
+	rng := newTestRand(t)
+	img := imageWithLabel(t, t.TempDir(), rng.Uint64())
+	for _, level := range []int{0, 1} {
+		cfg := Config{BatchSize: 3, Device: "cpu", Sources: []Source{
+			{Name: "image", Dtype: BF16},
+			{Name: "label", Label: "cells"},
+		}}
+		p, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, err := zarr.OpenNGFF(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ia, err := ms.Level(level)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lms, err := zarr.OpenNGFF(filepath.Join(img, "labels", "cells"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		la, err := lms.Level(level)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var samples []Sample
+		for range 7 {
+			samples = append(samples, Sample{URI: img, Level: level, Box: randomBox(rng, ia.Shape(), []int{2, 6, 8, 10})})
+		}
+		if err := p.Push(samples...); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		done := 0
+		for b, err := range p.Batches(context.Background(), 3) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if names := []string{b.Tensors()[0].Name(), b.Tensors()[1].Name()}; names[0] != "image" || names[1] != "label" {
+				t.Fatalf("tensor names %v", names)
+			}
+			li := b.Tensor("label").Info()
+			if want := []int64{int64(b.Len()), 6, 8, 10}; !equalInt64(li.Shape, want) || li.Dtype != F32 {
+				t.Fatalf("label tensor %v %v, want %v float32", li.Shape, li.Dtype, want)
+			}
+			if ii := b.Info(); ii.Dtype != BF16 || ii.Shape[1] != 2 {
+				t.Fatalf("image tensor %v %v", ii.Shape, ii.Dtype)
+			}
+			img, lab := b.Tensor("image").Bytes(), b.Tensor("label").Bytes()
+			ib, lb := len(img)/b.Len(), len(lab)/b.Len()
+			for i, s := range b.Samples() {
+				box := make([]zarr.Range, len(s.Box))
+				for k, r := range s.Box {
+					box[k] = zarr.Range{Start: r.Start, Stop: r.Stop}
+				}
+				reg, err := ia.ReadRegion(box)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(img[i*ib:(i+1)*ib], expected(reg, BF16)) {
+					t.Fatalf("level %d: image of sample %d (%s) differs", level, done+i, s)
+				}
+				if reg, err = la.ReadRegion(box[1:]); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(lab[i*lb:(i+1)*lb], expected(reg, F32)) {
+					t.Fatalf("level %d: label of sample %d (%s) differs", level, done+i, s)
+				}
+			}
+			done += b.Len()
+			b.Release()
+		}
+		if done != len(samples) {
+			t.Fatalf("%d samples out of %d", done, len(samples))
+		}
+		st := p.Stats()
+		if st.SlotsInUse != 0 || st.BatchesEmitted != 3 || st.ChunksDecoded == 0 {
+			t.Fatalf("stats: %+v", st)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func equalInt64(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestSourceErrors checks that a source that cannot be matched fails the
+// batch with an error naming the source and its URI, and that later
+// batches still come.
+func TestSourceErrors(t *testing.T) {
+	rng := newTestRand(t)
+	dir := t.TempDir()
+	img := imageWithLabel(t, dir, rng.Uint64())
+	for _, tc := range []struct {
+		src  Source
+		kind error
+		want string
+	}{
+		{Source{Name: "label", Label: "nuclei"}, ErrNotFound, "labels/nuclei"},
+		{Source{Name: "mask", Path: "labels/cells/0"}, nil, ""},
+		{Source{Name: "image", Path: "../.."}, ErrRank, `axis "c"`},
+	} {
+		uri, box := img, []Range{{0, 1}, {0, 4}, {0, 4}, {0, 4}}
+		if tc.src.Path == "../.." {
+			uri, box = filepath.Join(img, "labels", "cells"), box[1:]
+		}
+		p, err := New(Config{BatchSize: 1, Device: "cpu", Sources: []Source{{Name: "primary"}, tc.src}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Push(Sample{URI: uri, Box: box}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := p.Pop(context.Background())
+		if tc.kind == nil {
+			// A plain array with dimension_names matches by name too.
+			if err != nil || len(b.Tensor(tc.src.Name).Info().Shape) != 4 {
+				t.Errorf("%+v: %v", tc.src, err)
+			} else {
+				b.Release()
+			}
+		} else if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.src.Name) {
+			t.Errorf("%+v: got %v, want %v naming %q", tc.src, err, tc.kind, tc.want)
+		} else {
+			t.Log(err)
+		}
+		p.Close()
+	}
+	for _, tc := range []struct {
+		srcs []Source
+		want string
+	}{
+		{[]Source{{Name: "a"}, {Name: "a"}}, "Config.Sources[1].Name"},
+		{[]Source{{Name: "a"}, {Name: ""}}, "Config.Sources[1].Name"},
+		{[]Source{{Name: "a"}, {Name: "b", Path: "x", Label: "y"}}, "Config.Sources[1].Label"},
+		{[]Source{{Name: "a", Dtype: 99}}, "Config.Sources[0].Dtype"},
+	} {
+		_, err := New(Config{Device: "cpu", Sources: tc.srcs})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want ErrInvalid naming %s", tc.srcs, err, tc.want)
+		}
+	}
+}
+
+func TestJoinURI(t *testing.T) {
+	for _, tc := range []struct{ uri, rel, want string }{
+		{"/data/img.zarr", "labels/cells", "/data/img.zarr/labels/cells"},
+		{"/data/img.zarr/", "../mask.zarr", "/data/mask.zarr"},
+		{"s3://bucket/img.zarr", "labels/cells", "s3://bucket/img.zarr/labels/cells"},
+		{"s3://bucket", "labels", "s3://bucket/labels"},
+		{"https://host:9000/a/img.zarr?x=1", "labels/c", "https://host:9000/a/img.zarr/labels/c?x=1"},
+		{"file:///data/img.zarr", "labels/c", "file:///data/img.zarr/labels/c"},
+	} {
+		if got := joinURI(tc.uri, tc.rel); got != tc.want {
+			t.Errorf("joinURI(%q, %q) = %q, want %q", tc.uri, tc.rel, got, tc.want)
+		}
+	}
+}
