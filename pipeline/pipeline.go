@@ -83,10 +83,10 @@ type Pipeline struct {
 	draining bool          // Shutdown stopped intake
 	popped   chan struct{} // poked (capacity 1) whenever Pop delivers, for Shutdown
 
-	lookahead chan item     // admitted samples
-	popMu     sync.Mutex    // one Pop at a time, so batches leave in order
-	popped1   []*result     // under popMu: results of the next batch taken from the first lanes by a Pop that was interrupted
-	axes      *metaCache    // opens arrays for matching the sources' axes (batch goroutine)
+	lookahead chan item  // admitted samples
+	popMu     sync.Mutex // one Pop at a time, so batches leave in order
+	popped1   []*result  // under popMu: results of the next batch taken from the first lanes by a Pop that was interrupted
+	axes      *metaCache // opens arrays for matching the sources' axes (batch goroutine)
 	wg        sync.WaitGroup
 
 	stats *statsSink
