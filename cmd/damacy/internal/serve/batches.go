@@ -99,33 +99,71 @@ func (s *server) slotFree() error {
 }
 
 // describe makes a batch's BATCH message and the descriptors to send
-// with it (a host slot's memfd, the first time).
+// with it (a host slot's memfd, the first time), in tensor order.
 func (s *server) describe(b *pipeline.Batch) (batchMsg, []int, error) {
-	info := b.Info()
-	sh, err := b.Share()
-	if err != nil {
-		return batchMsg{}, nil, err
-	}
-	m := batchMsg{ID: info.ID, Slot: sh.Slot, N: b.Len(), Shape: info.Shape, Dtype: "f32", NBytes: sh.Bytes}
-	if info.Dtype == pipeline.BF16 {
-		m.Dtype = "bf16"
-	}
-	if s.cuda {
-		done, err := s.doneEvent(sh.Slot)
+	m := batchMsg{ID: b.Info().ID, N: b.Len()}
+	var fds []int
+	for i, t := range b.Tensors() {
+		tm, fd, err := s.describeTensor(i, t)
 		if err != nil {
-			return batchMsg{}, nil, statusErrorf(statusCUDA, "pop: making the done event of slot %d: %v", sh.Slot, err)
+			return batchMsg{}, nil, err
 		}
+		if fd >= 0 {
+			fds = append(fds, fd)
+		}
+		m.Tensors = append(m.Tensors, tm)
+	}
+	m.tensorMsg = m.Tensors[0]
+	if s.cuda {
+		slot := m.Slot
+		done, err := s.doneEvent(slot)
+		if err != nil {
+			return batchMsg{}, nil, statusErrorf(statusCUDA, "pop: making the done event of slot %d: %v", slot, err)
+		}
+		c := *m.CUDA
+		c.DoneHandle = done.handle
+		m.CUDA = &c
+	}
+	return m, fds, nil
+}
+
+// describeTensor describes tensor i of a batch, with the descriptor to
+// send for it, or -1.
+func (s *server) describeTensor(i int, t *pipeline.Tensor) (tensorMsg, int, error) {
+	info := t.Info()
+	sh, err := t.Share()
+	if err != nil {
+		return tensorMsg{}, -1, err
+	}
+	m := tensorMsg{Name: t.Name(), Slot: sh.Slot, Shape: info.Shape, Dtype: wireDtype(info.Dtype), NBytes: sh.Bytes}
+	if s.cuda {
 		m.CUDA = &cudaSlot{MemHandle: hex.EncodeToString(sh.Mem.Reserved[:]), Offset: sh.Offset,
-			EventHandle: hex.EncodeToString(sh.Ready.Reserved[:]), DoneHandle: done.handle}
-		return m, nil, nil
+			EventHandle: hex.EncodeToString(sh.Ready.Reserved[:])}
+		return m, -1, nil
 	}
 	m.Host = &hostSlot{Size: sh.Size, Offset: sh.Offset}
-	if s.fdSent[sh.Slot] {
-		return m, nil, nil
+	key := [2]int{i, sh.Slot}
+	if s.fdSent[key] {
+		return m, -1, nil
 	}
-	s.fdSent[sh.Slot] = true
+	s.fdSent[key] = true
 	m.FDs = 1
-	return m, []int{sh.FD}, nil
+	return m, sh.FD, nil
+}
+
+// wireDtype is an output type's name on the wire.
+func wireDtype(d pipeline.Dtype) string {
+	switch d {
+	case pipeline.BF16:
+		return "bf16"
+	case pipeline.U8:
+		return "u8"
+	case pipeline.I32:
+		return "i32"
+	case pipeline.I64:
+		return "i64"
+	}
+	return "f32"
 }
 
 // doneEvent returns slot's done event, made the first time (popper only):

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -119,7 +120,7 @@ func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 	}
 	var unknown []string
 	for k := range raw {
-		if ints[k] == nil && int64s[k] == nil && k != "dtype" && k != "sample_shape" && k != "mapped_file_bytes" {
+		if ints[k] == nil && int64s[k] == nil && k != "dtype" && k != "sample_shape" && k != "mapped_file_bytes" && k != "sources" {
 			unknown = append(unknown, k)
 		}
 	}
@@ -161,9 +162,49 @@ func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 			if json.Unmarshal(v, &cfg.SampleShape) != nil {
 				return cfg, bad(k, v, "a list of positive integers")
 			}
+		case k == "sources":
+			srcs, err := sourcesOf(v)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.Sources = srcs
 		}
 	}
 	return cfg, nil
+}
+
+// sourceSpec is one entry of hello's config.sources.
+type sourceSpec struct {
+	Name              string `json:"name"`
+	Path              string `json:"path"`
+	Label             string `json:"label"`
+	Dtype             string `json:"dtype"`
+	HostBufferBytes   int64  `json:"host_buffer_bytes"`
+	DeviceBufferBytes int64  `json:"device_buffer_bytes"`
+}
+
+// sourcesOf maps config.sources onto pipeline Sources (which New
+// validates).
+func sourcesOf(v json.RawMessage) ([]pipeline.Source, error) {
+	dec := json.NewDecoder(bytes.NewReader(v))
+	dec.DisallowUnknownFields()
+	var specs []sourceSpec
+	if err := dec.Decode(&specs); err != nil {
+		return nil, statusErrorf(statusInval, "config.sources = %s: must be a list of {name, path, label, dtype, host_buffer_bytes, device_buffer_bytes}: %v", v, err)
+	}
+	out := make([]pipeline.Source, len(specs))
+	for i, sp := range specs {
+		out[i] = pipeline.Source{Name: sp.Name, Path: sp.Path, Label: sp.Label,
+			HostBufferBytes: sp.HostBufferBytes, DeviceBufferBytes: sp.DeviceBufferBytes}
+		if sp.Dtype != "" {
+			dt, err := pipeline.ParseDtype(sp.Dtype)
+			if err != nil {
+				return nil, statusErrorf(statusInval, "config.sources[%d].dtype: %v", i, err)
+			}
+			out[i].Dtype = dt
+		}
+	}
+	return out, nil
 }
 
 // deviceOf maps hello's device onto Config.Device and, for a GPU, the

@@ -75,8 +75,8 @@ type server struct {
 
 	pops      chan int64 // ids of pop requests, for the popper
 	popCancel context.CancelFunc
-	popDone   chan struct{} // closed when the popper has returned
-	fdSent    map[int]bool  // popper only: slots whose memfd the client has
+	popDone   chan struct{}   // closed when the popper has returned
+	fdSent    map[[2]int]bool // popper only: (tensor, slot) pairs whose memfd the client has
 
 	mu      sync.Mutex
 	held    map[int64]heldBatch // batches the client holds, by id
@@ -133,7 +133,7 @@ func Run(ctx context.Context, conn *net.UnixConn, opts Options) error {
 		timeout = DefaultWriteTimeout
 	}
 	out := &frameWriter{conn: conn, timeout: timeout}
-	s := &server{conn: conn, out: out, logs: newLogSink(out, opts.Stderr), held: map[int64]heldBatch{}, fdSent: map[int]bool{}, done: map[int]doneEvent{}}
+	s := &server{conn: conn, out: out, logs: newLogSink(out, opts.Stderr), held: map[int64]heldBatch{}, fdSent: map[[2]int]bool{}, done: map[int]doneEvent{}}
 	s.log = s.logs.logger()
 	// ctx ending wakes the read below and hurries a write that waits for
 	// a client that does not read.

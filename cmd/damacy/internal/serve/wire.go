@@ -174,9 +174,19 @@ type sampleSpec struct {
 
 // batchMsg is a popped batch (BATCH in the protocol).
 type batchMsg struct {
-	ID     int64     `json:"id"`
+	ID int64 `json:"id"`
+	N  int   `json:"n"`
+	tensorMsg
+	// Tensors describes every tensor of the batch, one per source, the
+	// first as the fields above do.
+	Tensors []tensorMsg `json:"tensors"`
+}
+
+// tensorMsg is one source's tensor of a batch: its slot (numbered per
+// source) and where it lies.
+type tensorMsg struct {
+	Name   string    `json:"name"`
 	Slot   int       `json:"slot"`
-	N      int       `json:"n"`
 	Shape  []int64   `json:"shape"`
 	Dtype  string    `json:"dtype"`
 	NBytes int64     `json:"nbytes"`
@@ -192,7 +202,7 @@ type cudaSlot struct {
 	MemHandle   string `json:"mem_handle"`
 	Offset      int64  `json:"offset"`
 	EventHandle string `json:"event_handle"`
-	DoneHandle  string `json:"done_handle"`
+	DoneHandle  string `json:"done_handle,omitempty"` // the first tensor's only: the batch's
 }
 
 type hostSlot struct {
