@@ -37,15 +37,25 @@ type Tensor struct {
 	b    *Batch
 	name string
 	slot *slot
+	xf   []Transform
 }
 
 func newBatch(p *Pipeline, rs []*result) *Batch {
 	b := &Batch{p: p, req: rs[0].req}
 	for i, r := range rs {
-		b.tensors = append(b.tensors, &Tensor{b: b, name: p.lanes[i].src.Name, slot: r.slot})
+		b.tensors = append(b.tensors, &Tensor{b: b, name: p.lanes[i].src.Name, slot: r.slot, xf: r.req.xf})
 	}
 	return b
 }
+
+// Transforms returns each sample's transform (Config.Augment), as the
+// first source got it, or nil without augmentation.
+func (b *Batch) Transforms() []Transform { return b.tensors[0].xf }
+
+// Transforms returns each sample's transform as this tensor's source got
+// it (its axes, and Intensity only where it applies), or nil without
+// augmentation.
+func (t *Tensor) Transforms() []Transform { return t.xf }
 
 // Tensors returns the batch's tensors, in the order of Config.Sources.
 func (b *Batch) Tensors() []*Tensor { return b.tensors }

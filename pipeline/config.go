@@ -121,6 +121,9 @@ type Config struct {
 	// each read from its own array with the same box (see Source). Empty:
 	// one tensor, named DefaultSourceName, from the sample's array.
 	Sources []Source
+	// Augment, when set, transforms every sample as it is assembled:
+	// flips, quarter turns, axis permutations, intensity (see Augment).
+	Augment *Augment
 	// HostBufferBytes is the staging memory for compressed chunk bytes
 	// (pinned on the CUDA engine, which also mirrors two thirds of it on
 	// the GPU), split into slabs. Default 1 GiB; 1.5 GiB on the CUDA
@@ -253,6 +256,14 @@ func (c Config) withDefaults() (Config, error) {
 		return Config{}, err
 	}
 	c.Sources = srcs
+	if c.Augment != nil {
+		if c.Augment, err = c.Augment.checked(srcs); err != nil {
+			return Config{}, err
+		}
+		if !augmentApplied {
+			return Config{}, errorf("new", ErrInvalid, "", "Config.Augment: the engines do not apply transforms yet")
+		}
+	}
 	// Zero buffer sizes stay zero here: each engine has its own defaults
 	// (withBuffers).
 	if c.HostBufferBytes != 0 && c.HostBufferBytes < 1<<20 {

@@ -90,27 +90,51 @@ func (p *Pipeline) split(req *batchReq) []*batchReq {
 	if req.err != nil {
 		return out
 	}
-	for i, l := range p.lanes[1:] {
-		samples := make([]Sample, len(req.samples))
-		for n, s := range req.samples {
-			ls, err := p.project(l, s)
-			if err != nil {
-				err = sourceError(l.src.Name, sampleError(n, s, err))
-				for _, r := range out {
-					r.err = err
-				}
-				return out
-			}
-			samples[n] = ls
+	fail := func(l *lane, n int, err error) []*batchReq {
+		err = sampleError(n, req.samples[n], err)
+		if len(p.lanes) > 1 {
+			err = sourceError(l.src.Name, err)
 		}
-		out[i+1].samples = samples
+		for _, r := range out {
+			r.err = err
+		}
+		return out
+	}
+	if a := p.cfg.Augment; a != nil {
+		req.xf = make([]Transform, len(req.samples))
+		for n, s := range req.samples {
+			req.xf[n] = a.draw(p.shape, s.Seed)
+			if !p.intensity[0] {
+				req.xf[n].Intensity = false
+			}
+		}
+	}
+	for i, l := range p.lanes[1:] {
+		r := out[i+1]
+		r.samples = make([]Sample, len(req.samples))
+		if req.xf != nil {
+			r.xf = make([]Transform, len(req.samples))
+		}
+		for n, s := range req.samples {
+			ls, m, err := p.project(l, s)
+			if err != nil {
+				return fail(l, n, err)
+			}
+			r.samples[n] = ls
+			if req.xf != nil {
+				if r.xf[n], err = req.xf[n].project(m, l.src.Name); err != nil {
+					return fail(l, n, err)
+				}
+				r.xf[n].Intensity = r.xf[n].Intensity && p.intensity[i+1]
+			}
+		}
 	}
 	return out
 }
 
 // project returns the sample a lane reads for a primary sample, fixing the
 // lane's sample shape (and reserving its slots) at the first.
-func (p *Pipeline) project(l *lane, s Sample) (Sample, error) {
+func (p *Pipeline) project(l *lane, s Sample) (Sample, axisMap, error) {
 	uri := l.src.resolve(s.URI)
 	m, _, err := l.maps.Get(s.URI+"\x00"+strconv.Itoa(s.Level), func() (axisMap, error) {
 		prim, err := p.axes.open(s.URI, s.Level)
@@ -124,7 +148,7 @@ func (p *Pipeline) project(l *lane, s Sample) (Sample, error) {
 		return matchAxes(prim.names, src.names, prim.arr.Rank(), src.arr.Rank(), uri)
 	})
 	if err != nil {
-		return Sample{}, err
+		return Sample{}, nil, err
 	}
 	shape := m.shape(p.shape)
 	if l.shape == nil {
@@ -132,13 +156,13 @@ func (p *Pipeline) project(l *lane, s Sample) (Sample, error) {
 		err := l.eng.reserve(shape)
 		p.mu.Unlock()
 		if err != nil {
-			return Sample{}, err
+			return Sample{}, nil, err
 		}
 		l.shape = shape
 	} else if !slices.Equal(shape, l.shape) {
-		return Sample{}, errorf("plan", ErrInvalid, uri, "source %q would read a box of shape %v, earlier samples gave it %v", l.src.Name, shape, l.shape)
+		return Sample{}, nil, errorf("plan", ErrInvalid, uri, "the box gives this source shape %v, earlier samples gave it %v", shape, l.shape)
 	}
-	return Sample{URI: uri, Box: m.project(s.Box), Level: s.Level}, nil
+	return Sample{URI: uri, Box: m.project(s.Box), Level: s.Level, Seed: s.Seed}, m, nil
 }
 
 // addEngine adds another engine's metrics, counters and memory gauges to s.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,9 @@ type Sample struct {
 	URI   string  // path of a zarr array or an OME-NGFF group
 	Box   []Range // one range per axis; extents must equal Config.SampleShape
 	Level int     // multiscale level when URI names an OME-NGFF group
+	// Seed selects the sample's transform with Config.Augment; 0: the
+	// sample's position in push order, counted from 1.
+	Seed uint64
 }
 
 func (s Sample) String() string {
@@ -54,8 +58,9 @@ type item struct {
 type batchReq struct {
 	id      int64
 	samples []Sample
-	flushAt time.Time // non-zero for a batch that Flush cut short
-	err     error     // a sample was rejected: the batch fails with this
+	flushAt time.Time   // non-zero for a batch that Flush cut short
+	err     error       // a sample was rejected: the batch fails with this
+	xf      []Transform // with Config.Augment: each sample's transform, as this source sees it
 }
 
 // result is what an engine hands back for a batchReq, in order.
@@ -87,6 +92,7 @@ type Pipeline struct {
 	popMu     sync.Mutex // one Pop at a time, so batches leave in order
 	popped1   []*result  // under popMu: results of the next batch taken from the first lanes by a Pop that was interrupted
 	axes      *metaCache // opens arrays for matching the sources' axes (batch goroutine)
+	intensity []bool     // per source: Config.Augment's intensity transform applies
 	wg        sync.WaitGroup
 
 	stats *statsSink
@@ -143,7 +149,18 @@ func startLanes(cfg Config, lanes []*lane) (*Pipeline, error) {
 	if len(lanes) > 1 {
 		p.axes = newMetaCache(cfg, new(statsSink))
 	}
+	if a := cfg.Augment; a != nil {
+		p.intensity = make([]bool, len(lanes))
+		for i, l := range lanes {
+			p.intensity[i] = a.intensity() && (slices.Contains(a.IntensitySources, l.src.Name) || (len(a.IntensitySources) == 0 && i == 0))
+		}
+	}
 	if len(cfg.SampleShape) > 0 {
+		if err := cfg.Augment.validateShape(cfg.SampleShape); err != nil {
+			closeLanes(lanes)
+			cancel()
+			return nil, err
+		}
 		p.shape = cfg.SampleShape
 		if err := lanes[0].eng.reserve(p.shape); err != nil {
 			closeLanes(lanes)
@@ -451,6 +468,13 @@ func (p *Pipeline) checkLocked(s Sample) *Error {
 			}
 			shape[i] = int(r.Stop - r.Start)
 		}
+		if err := p.cfg.Augment.validateShape(shape); err != nil {
+			var e *Error
+			if asError(err, &e) {
+				e.Op = "push"
+				return e
+			}
+		}
 		if err := p.eng.reserve(shape); err != nil {
 			var e *Error
 			if ok := asError(err, &e); ok {
@@ -577,6 +601,7 @@ func (p *Pipeline) batch() {
 		}
 	}()
 	var id int64
+	var seq uint64 // samples taken in, for Sample.Seed's default
 	var cur *batchReq
 	emit := func() bool {
 		for i, req := range p.split(cur) {
@@ -611,6 +636,10 @@ func (p *Pipeline) batch() {
 		}
 		if it.err != nil && cur.err == nil {
 			cur.err = it.err
+		}
+		seq++
+		if it.s.Seed == 0 {
+			it.s.Seed = seq
 		}
 		cur.samples = append(cur.samples, it.s)
 		if len(cur.samples) == p.cfg.BatchSize && !emit() {
