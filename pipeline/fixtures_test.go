@@ -11,7 +11,8 @@ import (
 	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
-// fixtureDir holds stores written by zarr-python and tensorstore.
+// fixtureDir holds stores written by zarr-python and tensorstore
+// (README.md there lists them).
 const fixtureDir = "../testdata"
 
 // fixtures returns the committed independent-writer stores (arrays only)
@@ -26,13 +27,14 @@ func fixtures(t *testing.T) map[string][]int {
 		Name  string `json:"name"`
 		Path  string `json:"path"`
 		Level *int   `json:"ngff_level"`
+		Error string `json:"error"` // a store damacy must refuse
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string][]int{}
 	for _, f := range m {
-		if f.Level != nil {
+		if f.Level != nil || f.Error != "" {
 			continue
 		}
 		path := filepath.Join(fixtureDir, f.Path)
