@@ -32,8 +32,8 @@ Quick start::
                 ...  # train step
 """
 
-from ._batch import Batch, BatchInfo
-from ._config import Config
+from ._batch import Batch, BatchInfo, Tensor
+from ._config import Config, Source
 from ._enums import Dtype, Status
 from ._errors import (
     BudgetExceeded,
@@ -61,6 +61,8 @@ __all__ = [
     "Sample",
     "Batch",
     "BatchInfo",
+    "Source",
+    "Tensor",
     "Metric",
     "Stats",
     "Dtype",

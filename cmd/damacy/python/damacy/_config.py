@@ -1,14 +1,16 @@
-"""Config: every resource cap and the pipeline's shape, fixed at creation."""
+"""Config: every resource cap and the pipeline's shape, fixed at creation;
+Source: one array a pipeline reads per sample."""
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, Iterable, Optional, Tuple, Union
+import os
+from typing import Any, Iterable, Mapping, Optional, Tuple, Union
 
 from ._enums import Dtype
 
-__all__ = ["Config"]
+__all__ = ["Config", "Source"]
 
 
 def _int(name: str, value: Any, low: int) -> int:
@@ -27,6 +29,122 @@ def _device(value: Any) -> Optional[Union[int, str]]:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"device must be None, a CUDA device index or 'cpu' (got {value!r})")
     return _int("device", value, 0)
+
+
+def _text(name: str, value: Any) -> Optional[str]:
+    """None, or value (a str or an os.PathLike) as a str; "" is None."""
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be None or a str (got {type(value).__name__})")
+    return value or None
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class Source:
+    """One array a pipeline reads for every sample (extra), with the
+    sample's box: the image, its label, a mask. Each batch holds one tensor
+    per source, in :attr:`Config.sources` order, named ``name``
+    (``batch["label"]``).
+
+    >>> s = Source("label", label="cells", dtype="uint8")
+    >>> s.dtype is Dtype.U8, s.path
+    (True, None)
+    >>> Source("mask", path="../mask.zarr", label="x")
+    Traceback (most recent call last):
+    ...
+    ValueError: source 'mask': set at most one of path and label (got path='../mask.zarr', label='x')
+
+    Attributes:
+        name: The tensor's key in a batch ("image", "label"); non-empty,
+            unique among a Config's sources.
+        path: Where the array is, from each sample's URI: None (or "") is
+            the sample's own array or image; a relative path is joined to
+            the sample's URI ("labels/nuclei", "../mask.zarr"); an absolute
+            path or a URI is used as it is, for every sample.
+        label: An OME-NGFF label image of the sample's image, by name: the
+            same as ``path="labels/<label>"``. Set at most one of path and
+            label.
+        dtype: The tensor's element type (a :class:`Dtype`, or its name):
+            F32 or BF16 for images, an integer type (U8, I32, I64) for
+            labels, whose values pass through (a value that does not fit
+            fails the batch).
+        host_buffer_bytes / device_buffer_bytes: this source's staging and
+            decode budgets; 0 = the Config's.
+
+    Axes are matched to the sample's array by name (a zyx label beside a
+    czyx image takes the box's z, y and x ranges); without axis names on
+    both, the ranks must agree.
+    """
+
+    name: str
+    path: Optional[str]
+    label: Optional[str]
+    dtype: Dtype
+    host_buffer_bytes: int
+    device_buffer_bytes: int
+
+    def __init__(
+        self,
+        name: str,
+        path: Optional[Union[str, "os.PathLike[str]"]] = None,
+        *,
+        label: Optional[str] = None,
+        dtype: Union[Dtype, str, int] = Dtype.F32,
+        host_buffer_bytes: int = 0,
+        device_buffer_bytes: int = 0,
+    ) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"Source.name must be a str (got {type(name).__name__})")
+        if not name:
+            raise ValueError("Source.name must not be empty")
+        where = f"source {name!r}: "
+        try:
+            path = _text("path", path)
+            label = _text("label", label)
+            if path is not None and label is not None:
+                raise ValueError(f"set at most one of path and label (got path={path!r}, label={label!r})")
+            if label is not None and any(c in label for c in "/?"):
+                raise ValueError(f"label must be a label name, without / or ? (got {label!r}); use path")
+            values = {
+                "name": name,
+                "path": path,
+                "label": label,
+                "dtype": Dtype.coerce(dtype),
+                "host_buffer_bytes": _int("host_buffer_bytes", host_buffer_bytes, 0),
+                "device_buffer_bytes": _int("device_buffer_bytes", device_buffer_bytes, 0),
+            }
+        except (TypeError, ValueError) as e:
+            raise type(e)(where + str(e)) from None
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+
+def _sources(value: Any, dtype: Dtype) -> Tuple[Source, ...]:
+    """Config.sources: Sources, or dicts of Source's arguments; unique names;
+    the first source's dtype agrees with a Config dtype other than F32."""
+    if isinstance(value, (str, bytes, Source, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(f"sources must be a sequence of Source or dict (got {type(value).__name__})")
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, Mapping):
+            try:
+                item = Source(**item)
+            except TypeError as e:
+                raise TypeError(f"sources[{i}]: {e}") from None
+        elif not isinstance(item, Source):
+            raise TypeError(f"sources[{i}] must be a Source or a dict (got {type(item).__name__})")
+        if any(s.name == item.name for s in out):
+            raise ValueError(f"sources[{i}]: the name {item.name!r} is taken by another source")
+        out.append(item)
+    if out and dtype is not Dtype.F32 and out[0].dtype is not dtype:
+        raise ValueError(
+            f"dtype={dtype.wire_name!r} but sources[0].dtype={out[0].dtype.wire_name!r}: "
+            "with sources, set each source's dtype"
+        )
+    return tuple(out)
 
 
 def _shape(value: Iterable[Any]) -> Tuple[int, ...]:
@@ -109,6 +227,12 @@ class Config:
             reads; files are mapped once they have been read whole, least
             recently used first out. 0 = the default (an eighth of the
             host's memory, at most 16 GiB); -1 = none.
+        sources: The arrays read for each sample (extra), one tensor each
+            per batch (:class:`Source`, or dicts of its arguments). Empty
+            (the default): one source named "image", the sample's own
+            array, of ``dtype``. With sources, each has its own dtype and
+            batch slots; ``dtype`` must be F32 (the default) or the first
+            source's.
     """
 
     batch_size: int
@@ -128,6 +252,7 @@ class Config:
     batch_slots: int
     chunk_cache_bytes: int
     mapped_file_bytes: int
+    sources: Tuple[Source, ...]
 
     def __init__(
         self,
@@ -149,6 +274,7 @@ class Config:
         batch_slots: int = 0,
         chunk_cache_bytes: int = 0,
         mapped_file_bytes: int = 0,
+        sources: Iterable[Union[Source, Mapping[str, Any]]] = (),
     ) -> None:
         values = {
             "batch_size": _int("batch_size", batch_size, 1),
@@ -171,6 +297,7 @@ class Config:
             "chunk_cache_bytes": _int("chunk_cache_bytes", chunk_cache_bytes, 0),
             "mapped_file_bytes": _int("mapped_file_bytes", mapped_file_bytes, -1),
         }
+        values["sources"] = _sources(sources, values["dtype"])
         if values["max_bytes_per_element"] not in (0, 1, 2, 4, 8):
             raise ValueError(
                 f"max_bytes_per_element must be 0, 1, 2, 4 or 8 (got {values['max_bytes_per_element']})"

@@ -35,6 +35,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, Set, Tuple
 __all__ = [
     "kDLCPU",
     "kDLCUDA",
+    "kDLInt",
     "kDLFloat",
     "kDLUInt",
     "kDLBfloat",
@@ -51,6 +52,7 @@ __all__ = [
 kDLCPU = 1
 kDLCUDA = 2
 
+kDLInt = 0
 kDLUInt = 1
 kDLFloat = 2
 kDLBfloat = 4

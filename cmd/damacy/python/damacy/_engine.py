@@ -1,23 +1,28 @@
 """Where batches live, seen from the client: the server's batch slots mapped
 into this process, and the hand-back of each slot.
 
+A batch holds one tensor per source of the pipeline, each in a slot of its
+own source (slots are numbered per source, i.e. per tensor index).
+
 - Host engine: each slot is a memfd, sent once; it is mapped once (shared,
-  read-write) and the mapping is kept by slot.
+  read-write) and the mapping is kept by (tensor index, slot).
 - CUDA engine: each slot is a device allocation exported with
-  cuIpcGetMemHandle and opened once (cuIpcOpenMemHandle); its ready event and
-  its done event, both made by the server, are opened once too
-  (cuIpcOpenEventHandle, which leaves no file in /dev/shm). A batch's
-  consumers wait on the ready event on their stream; the slot goes back
-  after the done event is recorded on the consumers' stream (or on a join
-  stream that waited for all of them), so the server never reuses it early
-  and the client never blocks. When the event cannot be opened or recorded
-  the client synchronises the consumers' streams instead: a slot is never
-  kept back.
+  cuIpcGetMemHandle and opened once (cuIpcOpenMemHandle); its ready event,
+  and the done event of the batch's slots, all made by the server, are
+  opened once too (cuIpcOpenEventHandle, which leaves no file in /dev/shm);
+  all are cached by handle. A tensor's consumers wait on that tensor's
+  ready event on their stream; the batch's slots go back after the done
+  event is recorded on the consumers' stream (or on a join stream that
+  waited for all of them, whichever tensors they consumed), so the server
+  never reuses them early and the client never blocks. When the event
+  cannot be opened or recorded the client synchronises the consumers'
+  streams instead: a slot is never kept back.
 
 A Lease counts who still uses a batch (the Batch until released, each DLPack
-capsule until its deleter runs); the last one out sends the release. Mapped
-memory is unmapped only at close and once no lease is left. Nothing here
-raises from a release: it runs from deleters and garbage collection.
+capsule of any of its tensors until its deleter runs); the last one out
+sends the release, which gives back every tensor's slot. Mapped memory is
+unmapped only at close and once no lease is left. Nothing here raises from
+a release: it runs from deleters and garbage collection.
 """
 
 from __future__ import annotations
@@ -28,12 +33,12 @@ import logging
 import mmap
 import os
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import _cuda
 from ._dlpack import kDLCPU, kDLCUDA
 from ._errors import NativeCudaError
-from ._protocol import ProtocolError
+from ._protocol import ProtocolError, batch_tensors, fd_count
 from ._server import Connection, close_fds
 
 __all__ = ["Lease", "Engine", "HostEngine", "CudaEngine"]
@@ -42,20 +47,33 @@ logger = logging.getLogger("damacy")
 
 
 class Lease:
-    """One popped batch's claim on its slot."""
+    """One popped batch's claim on its slots (one per tensor)."""
 
-    def __init__(self, engine: "Engine", batch_id: int, slot: int, ready_event: int, done_handle: str) -> None:
+    def __init__(
+        self,
+        engine: "Engine",
+        batch_id: int,
+        slots: Sequence[int],
+        ready_events: Sequence[int],
+        done_handle: str,
+    ) -> None:
         self.engine = engine
         self.batch_id = batch_id
-        self.slot = slot
-        self.ready_event = ready_event
-        #: The slot's done event as the server sent it (CUDA), else "".
+        #: Each tensor's slot, in tensor order (numbered per tensor index).
+        self.slots = tuple(slots)
+        #: The first tensor's slot: the batch's, in the server's messages.
+        self.slot = self.slots[0]
+        #: Each tensor's ready event (CUDA), else 0s.
+        self.ready_events = tuple(ready_events)
+        self.ready_event = self.ready_events[0]
+        #: The batch's done event as the server sent it (CUDA), else "".
         self.done_handle = done_handle
         # Reentrant: a deleter may run from garbage collection on a thread
         # that is inside one of these critical sections.
         self._lock = threading.RLock()
         self._holders = 1  # the Batch
-        #: Streams the batch was exported to (CUDA), in order, no repeats.
+        #: Streams any tensor of the batch was exported to (CUDA), in
+        #: order, no repeats.
         self.streams: List[int] = []
         #: What Batch.release was given: ("stream" | "event", handle).
         self.after: List[Tuple[str, int]] = []
@@ -107,12 +125,20 @@ class Engine(abc.ABC):
         self._conn.check_owner(op)
 
     @abc.abstractmethod
-    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, int]:
-        """Map the slot of a pop's BATCH (taking ownership of fds); return
-        its lease and the address of the batch's first byte."""
+    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, List[int]]:
+        """Map the slots of a pop's BATCH (taking ownership of fds, which
+        come in tensor order); return its lease and the address of each
+        tensor's first byte, in tensor order."""
 
-    def _new_lease(self, batch: Mapping[str, Any], ready_event: int = 0, done_handle: str = "") -> Lease:
-        lease = Lease(self, int(batch["id"]), int(batch["slot"]), ready_event, done_handle)
+    def _new_lease(
+        self,
+        batch: Mapping[str, Any],
+        tensors: Sequence[Mapping[str, Any]],
+        ready_events: Optional[Sequence[int]] = None,
+        done_handle: str = "",
+    ) -> Lease:
+        slots = [int(t["slot"]) for t in tensors]
+        lease = Lease(self, int(batch["id"]), slots, ready_events or [0] * len(slots), done_handle)
         with self._lock:
             self._held[lease.batch_id] = lease.slot
         return lease
@@ -123,9 +149,9 @@ class Engine(abc.ABC):
         with self._lock:
             return sorted(self._held.items())
 
-    def before_export(self, lease: Lease, stream: Optional[int]) -> None:
-        """Make a consumer's stream wait for the batch (the DLPack stream
-        handshake) and remember the stream for the release."""
+    def before_export(self, lease: Lease, index: int, stream: Optional[int]) -> None:
+        """Make a consumer's stream wait for tensor index of the batch (the
+        DLPack stream handshake) and remember the stream for the release."""
 
     def parse_after(self, event_or_stream: Any) -> Optional[Tuple[str, int]]:
         """What Batch.release(event_or_stream) should order the release after."""
@@ -203,36 +229,48 @@ class HostEngine(Engine):
 
     def __init__(self, conn: Connection) -> None:
         super().__init__(conn)
-        self._slots: Dict[int, _HostSlot] = {}
+        self._slots: Dict[Tuple[int, int], _HostSlot] = {}  # (tensor index, slot) -> mapping
         self._replaced: List[_HostSlot] = []
 
-    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, int]:
+    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, List[int]]:
         fds = list(fds)
         try:
-            host = batch.get("host")
-            if not isinstance(host, Mapping):
-                raise ProtocolError("a batch of the host engine has no host member")
-            slot = int(batch["slot"])
-            if len(fds) > 1:
-                raise ProtocolError(f"a host batch carries {len(fds)} descriptors, want at most 1")
-            if fds:
-                fresh = _HostSlot(fds.pop(), int(host["size"]))  # owns the descriptor now
-                with self._lock:
-                    old = self._slots.get(slot)
-                    if old is not None:
-                        self._replaced.append(old)  # may still be viewed: unmapped at teardown
-                    self._slots[slot] = fresh
+            tensors = batch_tensors(batch)
+            hosts = []
+            for i, t in enumerate(tensors):
+                host = t.get("host")
+                if not isinstance(host, Mapping):
+                    raise ProtocolError(f"tensor {i} of a batch of the host engine has no host member")
+                hosts.append(host)
+            sent = [fd_count(t) for t in tensors]
+            if any(n > 1 for n in sent) or len(fds) != sum(sent):
+                raise ProtocolError(
+                    f"a host batch carries {len(fds)} descriptor(s), its tensors announce {sent} "
+                    "(at most 1 each)"
+                )
+            for i, t in enumerate(tensors):
+                if sent[i]:
+                    fresh = _HostSlot(fds.pop(0), int(hosts[i]["size"]))  # owns the descriptor now
+                    with self._lock:
+                        old = self._slots.get((i, int(t["slot"])))
+                        if old is not None:
+                            self._replaced.append(old)  # may still be viewed: unmapped at teardown
+                        self._slots[(i, int(t["slot"]))] = fresh
         finally:
             close_fds(fds)
-        mapped = self._slots.get(slot)
-        if mapped is None:
-            raise ProtocolError(f"slot {slot}'s memory was never sent")
-        offset, nbytes = int(host["offset"]), int(batch["nbytes"])
-        if offset < 0 or offset + nbytes > mapped.size:
-            raise ProtocolError(
-                f"batch bytes [{offset}, {offset + nbytes}) outside slot {slot} of {mapped.size} bytes"
-            )
-        return self._new_lease(batch), mapped.address + offset
+        addresses = []
+        for i, (t, host) in enumerate(zip(tensors, hosts)):
+            slot = int(t["slot"])
+            mapped = self._slots.get((i, slot))
+            if mapped is None:
+                raise ProtocolError(f"slot {slot}'s memory of tensor {i} was never sent")
+            offset, nbytes = int(host["offset"]), int(t["nbytes"])
+            if offset < 0 or offset + nbytes > mapped.size:
+                raise ProtocolError(
+                    f"tensor {i}'s bytes [{offset}, {offset + nbytes}) outside its slot {slot} of {mapped.size} bytes"
+                )
+            addresses.append(mapped.address + offset)
+        return self._new_lease(batch, tensors), addresses
 
     def _teardown(self) -> None:
         with self._lock:
@@ -255,30 +293,43 @@ class CudaEngine(Engine):
         self._events: Dict[str, int] = {}  # event_handle or done_handle -> opened event
         self._join = 0  # a stream for releases after several streams or events
 
-    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, int]:
+    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, List[int]]:
         close_fds(fds)  # a CUDA batch carries none
-        info = batch.get("cuda")
-        if not isinstance(info, Mapping):
+        top = batch.get("cuda")
+        if not isinstance(top, Mapping):
             raise ProtocolError("a batch of the CUDA engine has no cuda member")
-        mem, ready = str(info["mem_handle"]), str(info["event_handle"])
+        tensors = batch_tensors(batch)
+        infos = []
+        for i, t in enumerate(tensors):
+            info = t.get("cuda")
+            if not isinstance(info, Mapping):
+                raise ProtocolError(f"tensor {i} of a batch of the CUDA engine has no cuda member")
+            infos.append(info)
+        # The batch's done event: the top level's (the server attaches it
+        # to every slot of the batch).
+        done = str(top.get("done_handle") or infos[0].get("done_handle") or "")
+        addresses, events = [], []
         with self._lock:
-            base, event = self._mem.get(mem), self._events.get(ready)
-            if base is None or event is None:
-                with self._context.current() as d:
-                    if base is None:
-                        base = self._mem[mem] = d.ipc_open_mem(bytes.fromhex(mem))
-                    if event is None:
-                        event = self._events[ready] = d.ipc_open_event(bytes.fromhex(ready))
-        lease = self._new_lease(batch, event, str(info.get("done_handle") or ""))
-        return lease, base + int(info["offset"])
+            for info in infos:
+                mem, ready = str(info["mem_handle"]), str(info["event_handle"])
+                base, event = self._mem.get(mem), self._events.get(ready)
+                if base is None or event is None:
+                    with self._context.current() as d:
+                        if base is None:
+                            base = self._mem[mem] = d.ipc_open_mem(bytes.fromhex(mem))
+                        if event is None:
+                            event = self._events[ready] = d.ipc_open_event(bytes.fromhex(ready))
+                addresses.append(base + int(info["offset"]))
+                events.append(event)
+        return self._new_lease(batch, tensors, events, done), addresses
 
-    def before_export(self, lease: Lease, stream: Optional[int]) -> None:
+    def before_export(self, lease: Lease, index: int, stream: Optional[int]) -> None:
         # None means the legacy default stream; -1, no synchronisation.
         if stream == -1:
             return
         s = _cuda.CU_STREAM_LEGACY if stream is None else stream
         with self._context.current() as d:
-            d.stream_wait_event(s, lease.ready_event)
+            d.stream_wait_event(s, lease.ready_events[index])
         # The legacy stream waits for every blocking stream, the per-thread
         # default stream of whichever thread returns the batch included.
         lease.note_stream(_cuda.CU_STREAM_LEGACY if s == _cuda.CU_STREAM_PER_THREAD else s)
@@ -307,10 +358,11 @@ class CudaEngine(Engine):
             handle = _cuda.CU_STREAM_LEGACY
         return kind, handle
 
-    def to_host(self, lease: Lease, address: int, nbytes: int, out: Any) -> None:
-        """Copy a batch, once ready, into the host buffer at out.ctypes.data."""
+    def to_host(self, lease: Lease, index: int, address: int, nbytes: int, out: Any) -> None:
+        """Copy tensor index of a batch, once ready, into the host buffer at
+        out.ctypes.data."""
         with self._context.current() as d:
-            d.event_synchronize(lease.ready_event)
+            d.event_synchronize(lease.ready_events[index])
             d.memcpy_dtoh(out.ctypes.data, address, nbytes)
 
     def _release_fields(self, lease: Lease) -> Dict[str, Any]:
@@ -342,7 +394,7 @@ class CudaEngine(Engine):
         return {}
 
     def _record_done(self, lease: Lease, sources: List[Tuple[str, int]]) -> None:
-        """Record the slot's done event after the work queued on sources."""
+        """Record the batch's done event after the work queued on sources."""
         if not lease.done_handle:
             raise ProtocolError("the server sent no done_handle for this slot")
         with self._context.current() as d:

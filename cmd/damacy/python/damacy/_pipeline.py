@@ -14,11 +14,14 @@ from ._config import Config
 from ._engine import CudaEngine, Engine, HostEngine
 from ._enums import Dtype
 from ._errors import DamacyError, InvalidArgument, ShutdownError, TryAgain
-from ._protocol import VERSION, ProtocolError, hello_config, sample_message
+from ._protocol import VERSION, ProtocolError, batch_tensors, hello_config, sample_message
 from ._sample import Sample
 from ._stats import Stats
 
 __all__ = ["Pipeline"]
+
+#: The name of the one tensor of a pipeline without Config.sources.
+DEFAULT_SOURCE = "image"
 
 
 class _Source:
@@ -425,22 +428,31 @@ class Pipeline:
             if not isinstance(message, dict):
                 raise ProtocolError("a pop response without a batch")
             batch_id, n = int(message["id"]), int(message["n"])
-            shape = tuple(int(x) for x in message["shape"])
-            dtype = Dtype.coerce(str(message["dtype"]))
+            # One TENSOR per source, in config order (a server that sends
+            # no tensors member has one: the BATCH's own fields).
+            tensors = batch_tensors(message)
+            names = [str(t.get("name") or DEFAULT_SOURCE) for t in tensors]
+            shapes = [tuple(int(x) for x in t["shape"]) for t in tensors]
+            dtypes = [Dtype.coerce(str(t["dtype"])) for t in tensors]
+            if len(set(names)) != len(names) or any(not shape or shape[0] != n for shape in shapes):
+                raise ProtocolError(f"tensors {names} of shapes {shapes} in a batch of {n} sample(s)")
         except (KeyError, TypeError, ValueError, ProtocolError) as e:
             _server.close_fds(reply.fds)
             raise ShutdownError(f"pop: the server broke the protocol: {e}", what="pop") from None
         with self._counts:
             self._done += n
         try:
-            lease, address = self._engine.lease(message, reply.fds)
+            lease, addresses = self._engine.lease(message, reply.fds)
         except BaseException as e:
             self._conn.send_oneway("release", batch=batch_id)
             if isinstance(e, (KeyError, TypeError, ValueError, ProtocolError)):
                 raise ShutdownError(f"pop: the server broke the protocol: {e!r}", what="pop") from None
             raise
-        info = BatchInfo(address, shape, dtype, 0, batch_id, lease.ready_event)
-        return Batch(self._engine, lease, info)
+        infos = [
+            BatchInfo(address, shape, dtype, 0, batch_id, event)
+            for address, shape, dtype, event in zip(addresses, shapes, dtypes, lease.ready_events)
+        ]
+        return Batch(self._engine, lease, names, infos)
 
     def _abandoned_pop(self, batch: Optional[Batch], error: Optional[BaseException]) -> None:
         """The result of a pop whose caller was interrupted: give the batch

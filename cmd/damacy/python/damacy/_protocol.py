@@ -12,7 +12,7 @@ import json
 import struct
 from typing import Any, Dict, List, Mapping
 
-from ._config import Config
+from ._config import Config, Source
 from ._sample import Sample
 
 __all__ = [
@@ -23,6 +23,8 @@ __all__ = [
     "FrameDecoder",
     "fd_count",
     "hello_config",
+    "source_message",
+    "batch_tensors",
     "sample_message",
 ]
 
@@ -86,8 +88,9 @@ def fd_count(message: Mapping[str, Any]) -> int:
 
 
 def hello_config(config: Config) -> Dict[str, Any]:
-    """hello's ``config`` object: the seed's field names, dtype by name."""
-    return {
+    """hello's ``config`` object: the seed's field names, dtype by name,
+    and ``sources`` when the Config has any."""
+    out: Dict[str, Any] = {
         "batch_size": config.batch_size,
         "host_buffer_bytes": config.host_buffer_bytes,
         "device_buffer_bytes": config.device_buffer_bytes,
@@ -105,6 +108,33 @@ def hello_config(config: Config) -> Dict[str, Any]:
         "chunk_cache_bytes": config.chunk_cache_bytes,
         "mapped_file_bytes": config.mapped_file_bytes,
     }
+    if config.sources:  # absent: one source, "image", the sample's own array of dtype
+        out["sources"] = [source_message(s) for s in config.sources]
+    return out
+
+
+def source_message(source: Source) -> Dict[str, Any]:
+    """One entry of hello's ``config.sources``."""
+    return {
+        "name": source.name,
+        "path": source.path or "",
+        "label": source.label or "",
+        "dtype": source.dtype.wire_name,
+        "host_buffer_bytes": source.host_buffer_bytes,
+        "device_buffer_bytes": source.device_buffer_bytes,
+    }
+
+
+def batch_tensors(batch: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+    """The TENSOR entries of a pop's BATCH, one per source in config order:
+    its ``tensors`` member, or, from a server that sends none, the BATCH
+    itself (whose top-level fields are the first tensor's)."""
+    tensors = batch.get("tensors")
+    if tensors is None:
+        return [batch]
+    if not isinstance(tensors, list) or not tensors or not all(isinstance(t, Mapping) for t in tensors):
+        raise ProtocolError(f"a batch's tensors member is not a non-empty list of objects: {tensors!r}")
+    return tensors
 
 
 def sample_message(sample: Sample) -> Dict[str, Any]:
