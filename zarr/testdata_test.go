@@ -22,7 +22,7 @@ var testdataDir = filepath.Join("..", "testdata")
 // to the expected .npy; the store outside the formats damacy reads fails
 // with ErrUnsupported naming what it lacks.
 func TestTestdata(t *testing.T) {
-	entries := readCrossManifest(t, testdataDir)
+	entries := zarrtest.ReadTestdata(t, testdataDir)
 	if len(entries) < 100 {
 		t.Fatalf("../testdata/manifest.json lists %d arrays, want over 100", len(entries))
 	}
