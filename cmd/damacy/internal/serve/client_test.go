@@ -63,7 +63,8 @@ type protoMsg struct {
 	Batch    *batchMsg       `json:"batch"`
 	FDs      int             `json:"fds"`
 
-	fds []int // descriptors that came with the frame
+	fds []int  // descriptors that came with the frame
+	raw []byte // the frame's JSON
 }
 
 // socketpair returns two connected Unix stream sockets.
@@ -183,6 +184,7 @@ func (c *protoClient) readAny() (*protoMsg, error) {
 	if err := json.Unmarshal(c.buf[4:4+n], &m); err != nil {
 		return nil, err
 	}
+	m.raw = c.buf[4 : 4+n : 4+n]
 	c.buf = c.buf[4+n:]
 	if id, err := strconv.ParseInt(string(m.RawID), 10, 64); err == nil && id >= 0 {
 		m.ID = &id

@@ -88,6 +88,8 @@ type server struct {
 	// ex makes and destroys the done events, on the pipeline's device;
 	// the popper makes it, shutdown closes it once the popper is done.
 	ex *cuda.Executor
+
+	smp samplers // the client's samplers (sampler.go)
 }
 
 // heldBatch is a batch the client holds and its slot.
@@ -298,6 +300,9 @@ func (s *server) handle(reqID *int64, req *request) {
 		return
 	}
 	id := *reqID
+	if s.samplerOp(id, req) { // samplers need no pipeline
+		return
+	}
 	if req.Op != "hello" && s.p == nil {
 		s.fail(id, req.Op, statusErrorf(statusInval, "%s before hello: the first request must be hello", req.Op), nil)
 		return

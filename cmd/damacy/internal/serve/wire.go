@@ -157,6 +157,10 @@ type request struct {
 	Done        bool                       `json:"done"`
 	EventHandle string                     `json:"event_handle"` // version 1's release: logged, ignored
 	Level       *int                       `json:"level"`
+	Sampler     *int64                     `json:"sampler"` // sampler_draw, sampler_close (sampler.go)
+	Epoch       *int64                     `json:"epoch"`
+	Start       *int64                     `json:"start"`
+	N           *int                       `json:"n"`
 }
 
 // deviceSpec is hello's "device": {"kind": "cuda", "uuid": ...} or {"kind": "cpu"}.
