@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strings"
 )
 
 // Array is an opened zarr array (v3, or v2). It holds the parsed metadata
@@ -186,8 +187,13 @@ func readNode(s Store, p string) (*node, error) {
 		}
 	}
 	where := p
-	if d, ok := s.(*DirStore); ok && p == "" {
-		where = d.Root()
+	switch st := s.(type) {
+	case *DirStore:
+		if p == "" {
+			where = st.Root()
+		}
+	case interface{ URI(key string) string }: // an object store names the whole URI
+		where = strings.TrimSuffix(st.URI(p), "/")
 	}
 	if where == "" { // the root of a store the caller names
 		return nil, fmt.Errorf("zarr: %w: no zarr.json, .zarray or .zgroup", ErrNotFound)

@@ -23,7 +23,11 @@ const gcsScope = "https://www.googleapis.com/auth/devstorage.read_only"
 // gcsAuth is what every gs:// store of an Opener shares.
 type gcsAuth struct {
 	endpoint *url.URL
+	source   string             // the setting that chose the endpoint, if not the default
 	tokens   oauth2.TokenSource // nil: anonymous
+	// creds says where the credentials came from; anonymous, why there
+	// are none.
+	creds, anonymous string
 }
 
 func (o *Opener) newGCSBackend(ctx context.Context, bucket string) (backend, error) {
@@ -37,34 +41,39 @@ func (o *Opener) newGCSBackend(ctx context.Context, bucket string) (backend, err
 	base := *o.gcs.endpoint
 	base.Path = strings.TrimSuffix(base.Path, "/") + "/" + bucket
 	base.RawPath = ""
-	return newHTTPBackend(o.client, &base, "gs://"+bucket, o.gcs.tokens), nil
+	return &httpBackend{client: o.client, base: &base, name: "gs://" + bucket, gcs: o.gcs, bucketName: bucket, tokens: o.gcs.tokens}, nil
 }
 
 // gcsSetup finds the endpoint and the credentials: the options', else
 // the application default credentials; none found means anonymous.
 func (o *Opener) gcsSetup(ctx context.Context) (*gcsAuth, error) {
 	opts := o.opts.GCS
-	ep := opts.Endpoint
+	ep, source := opts.Endpoint, "Options.GCS.Endpoint"
 	if ep == "" {
-		ep = os.Getenv("DAMACY_GCS_ENDPOINT")
+		ep, source = os.Getenv("DAMACY_GCS_ENDPOINT"), "DAMACY_GCS_ENDPOINT"
 	}
 	if ep == "" {
 		if h := os.Getenv("STORAGE_EMULATOR_HOST"); h != "" {
-			ep = h
+			ep, source = h, "STORAGE_EMULATOR_HOST"
 			if !strings.Contains(h, "://") {
 				ep = "http://" + h
 			}
 		}
 	}
 	if ep == "" {
-		ep = "https://storage.googleapis.com"
+		ep, source = "https://storage.googleapis.com", ""
 	}
 	u, err := url.Parse(ep)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("remote: GCS endpoint %q is not an http(s) URL", ep)
+		where := ""
+		if source != "" {
+			where = " (from " + source + ")"
+		}
+		return nil, fmt.Errorf("remote: GCS endpoint %q%s is not an http(s) URL", Redact(ep), where)
 	}
-	a := &gcsAuth{endpoint: u}
+	a := &gcsAuth{endpoint: u, source: source}
 	if opts.Anonymous || envFlag("DAMACY_GCS_ANONYMOUS") {
+		a.anonymous = "the request carried no credentials (anonymous, as asked)"
 		return a, nil
 	}
 	// Token requests use the Opener's client and live as long as it does
@@ -80,13 +89,20 @@ func (o *Opener) gcsSetup(ctx context.Context) (*gcsAuth, error) {
 		if err != nil {
 			return nil, fmt.Errorf("remote: GCS credentials %s: %w", opts.CredentialsFile, err)
 		}
+		a.creds = "the service-account key file " + opts.CredentialsFile
 	} else {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		creds, err = google.FindDefaultCredentials(tctx, gcsScope)
 		if err != nil {
-			return a, nil // none: anonymous, as public buckets accept
+			// None: anonymous, as public buckets accept.
+			a.anonymous = "the request carried no credentials: no application default credentials found"
+			return a, nil
+		}
+		a.creds = "the application default credentials"
+		if f := os.Getenv("GOOGLE_APPLICATION_CREDENTIALS"); f != "" {
+			a.creds += " (GOOGLE_APPLICATION_CREDENTIALS=" + f + ")"
 		}
 	}
 	a.tokens = oauth2.ReuseTokenSource(nil, creds.TokenSource)

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -15,24 +16,44 @@ import (
 // and gs:// stores through GCS's XML API (with an OAuth2 token source
 // unless anonymous).
 type httpBackend struct {
-	client *http.Client
-	base   *url.URL // scheme, host, user info and query of every request; the path is the prefix
-	name   string   // the root's URI, for messages
-	tokens oauth2.TokenSource
+	client     *http.Client
+	base       *url.URL // scheme, host, user info and query of every request; the path is the prefix
+	name       string   // the root's URI, for messages
+	gcs        *gcsAuth // for gs://: the endpoint's source and the credentials; nil for http(s)://
+	bucketName string
+	tokens     oauth2.TokenSource
 }
 
-// newHTTPBackend returns a backend for the objects below base, named name
-// in messages (the base URL without its query and password when empty).
-func newHTTPBackend(client *http.Client, base *url.URL, name string, tokens oauth2.TokenSource) *httpBackend {
-	if name == "" {
-		u := *base
-		u.RawQuery = ""
-		name = u.Redacted()
-	}
-	return &httpBackend{client: client, base: base, name: strings.TrimSuffix(name, "/"), tokens: tokens}
+// newHTTPBackend returns a backend for the objects below base, an
+// http(s):// store named in messages by the base URL without its query
+// and with its password masked.
+func newHTTPBackend(client *http.Client, base *url.URL) *httpBackend {
+	u := *base
+	u.RawQuery = ""
+	return &httpBackend{client: client, base: base, name: strings.TrimSuffix(Redact(u.String()), "/")}
 }
 
 func (b *httpBackend) uri(key string) string { return b.name + "/" + key }
+
+func (b *httpBackend) bucket() string { return b.bucketName }
+
+func (b *httpBackend) server() server {
+	v := server{hostport: hostPort(b.base)}
+	if b.gcs != nil {
+		v.role, v.source = "GCS endpoint", b.gcs.source
+	}
+	return v
+}
+
+func (b *httpBackend) denied(key, code string) string {
+	if b.gcs == nil {
+		return deniedHTTP(b.base)
+	}
+	if b.tokens == nil {
+		return b.gcs.anonymous + fmt.Sprintf("; the bucket %q may not allow anonymous reads of %q", b.bucketName, key)
+	}
+	return fmt.Sprintf("sent with a token for %s: check that it may read (storage.objects.get) object %q of bucket %q", b.gcs.creds, key, b.bucketName)
+}
 
 func (b *httpBackend) endpoint() string {
 	return (&url.URL{Scheme: b.base.Scheme, Host: b.base.Host}).String()
@@ -62,7 +83,7 @@ func (b *httpBackend) do(ctx context.Context, method, key, rng string) (*respons
 	if b.tokens != nil {
 		tok, err := b.tokens.Token()
 		if err != nil {
-			return nil, err
+			return nil, &tokenError{err}
 		}
 		tok.SetAuthHeader(req)
 	}

@@ -22,7 +22,9 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -38,10 +40,11 @@ import (
 
 // Defaults of Options' fields; a zero field means the value here.
 const (
-	DefaultConcurrency = 64
-	DefaultTimeout     = 60 * time.Second
-	DefaultAttempts    = 6
-	DefaultBackoff     = 100 * time.Millisecond
+	DefaultConcurrency    = 64
+	DefaultTimeout        = 60 * time.Second
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultAttempts       = 6
+	DefaultBackoff        = 100 * time.Millisecond
 	// backoffCap is how far the backoff base doubles: the wait before a
 	// retry is drawn uniformly from [0, min(Backoff·2^(k-1), backoffCap·Backoff)).
 	backoffCap = 64
@@ -54,8 +57,15 @@ type Options struct {
 	// Default 64.
 	Concurrency int
 	// Timeout bounds one attempt of a request, from sending it to the last
-	// byte of its body. Default 60 s.
+	// byte of its body, connecting included: the response timeout.
+	// Default 60 s.
 	Timeout time.Duration
+	// ConnectTimeout bounds the part of an attempt until a connection is
+	// ready to carry it (TCP connect, and the TLS handshake for https); a
+	// reused connection is ready at once. It is the only limit on
+	// connecting of the default client (whose dialer and TLS handshake
+	// have none of their own). Default 10 s; at most Timeout.
+	ConnectTimeout time.Duration
 	// Attempts is how many times a request is tried before its error is
 	// returned; 1 means no retries. Default 6.
 	Attempts int
@@ -135,6 +145,13 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Timeout < 0 {
 		return o, fmt.Errorf("remote: Options.Timeout = %v: must be positive", o.Timeout)
 	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.ConnectTimeout < 0 {
+		return o, fmt.Errorf("remote: Options.ConnectTimeout = %v: must be positive", o.ConnectTimeout)
+	}
+	o.ConnectTimeout = min(o.ConnectTimeout, o.Timeout)
 	if o.Attempts == 0 {
 		o.Attempts = DefaultAttempts
 	}
@@ -201,6 +218,10 @@ func tuneTransport(tr *http.Transport, concurrency int) {
 	tr.MaxIdleConnsPerHost = concurrency
 	tr.DisableCompression = true
 	tr.ForceAttemptHTTP2 = false
+	// Options.ConnectTimeout is the one limit on connecting, so that a
+	// message can name it.
+	tr.DialContext = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	tr.TLSHandshakeTimeout = 0
 }
 
 // Close aborts the requests of calls without a context (ReadAt, Size,
@@ -255,49 +276,53 @@ func (o *Opener) Open(ctx context.Context, uri string) (zarr.Store, string, erro
 	}
 	u, err := url.Parse(uri)
 	if err != nil {
-		return nil, "", fmt.Errorf("remote: %w", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URI, said (redacted) here
+		}
+		return nil, "", fmt.Errorf("remote: %s: %w", Redact(uri), err)
 	}
 	scheme := strings.ToLower(u.Scheme)
 	if scheme == "file" {
 		if u.Host != "" && u.Host != "localhost" {
-			return nil, "", fmt.Errorf("remote: %s: a file URI names a local path (file:///path), not host %q", uri, u.Host)
+			return nil, "", fmt.Errorf("remote: %s: a file URI names a local path (file:///path), not host %q", Redact(uri), u.Host)
 		}
 		return openDir(u.Path)
 	}
 	if o.ctx.Err() != nil {
-		return nil, "", fmt.Errorf("remote: %s: %w", uri, errClosed)
+		return nil, "", fmt.Errorf("remote: %s: %w", Redact(uri), errClosed)
 	}
 	var root string
 	var mk func() (backend, error)
 	switch scheme {
 	case "s3":
 		if u.Host == "" {
-			return nil, "", fmt.Errorf("remote: %s: no bucket (want s3://bucket/path)", uri)
+			return nil, "", fmt.Errorf("remote: %s: no bucket (want s3://bucket/path)", Redact(uri))
 		}
 		bucket := u.Host
 		root = "s3://" + bucket
 		mk = func() (backend, error) { return o.newS3Backend(ctx, bucket) }
 	case "gs":
 		if u.Host == "" {
-			return nil, "", fmt.Errorf("remote: %s: no bucket (want gs://bucket/path)", uri)
+			return nil, "", fmt.Errorf("remote: %s: no bucket (want gs://bucket/path)", Redact(uri))
 		}
 		bucket := u.Host
 		root = "gs://" + bucket
 		mk = func() (backend, error) { return o.newGCSBackend(ctx, bucket) }
 	case "http", "https":
 		if u.Host == "" {
-			return nil, "", fmt.Errorf("remote: %s: no host", uri)
+			return nil, "", fmt.Errorf("remote: %s: no host", Redact(uri))
 		}
 		base := &url.URL{Scheme: scheme, User: u.User, Host: u.Host, RawQuery: u.RawQuery}
 		root = base.String()
-		mk = func() (backend, error) { return newHTTPBackend(o.client, base, "", nil), nil }
+		mk = func() (backend, error) { return newHTTPBackend(o.client, base), nil }
 	default:
-		return nil, "", fmt.Errorf("remote: %s: unsupported scheme %q (want s3, gs, http, https or file)", uri, u.Scheme)
+		return nil, "", fmt.Errorf("remote: %s: unsupported scheme %q (want s3, gs, http, https or file)", Redact(uri), u.Scheme)
 	}
 	path := strings.Trim(u.Path, "/")
 	if path != "" {
 		if zarr.ValidateKey(path) != nil {
-			return nil, "", fmt.Errorf("remote: %s: %w: a path must have no empty, \".\" or \"..\" segments, backslashes or NUL bytes", uri, zarr.ErrInvalidKey)
+			return nil, "", fmt.Errorf("remote: %s: %w: a path must have no empty, \".\" or \"..\" segments, backslashes or NUL bytes", Redact(uri), zarr.ErrInvalidKey)
 		}
 	}
 	o.mu.Lock()
@@ -334,12 +359,13 @@ func envFlag(name string) bool {
 	return false
 }
 
-// firstEnv returns the first non-empty of the environment variables names.
-func firstEnv(names ...string) string {
+// firstEnv returns the first non-empty of the environment variables
+// names, and its name.
+func firstEnv(names ...string) (value, name string) {
 	for _, n := range names {
 		if v := os.Getenv(n); v != "" {
-			return v
+			return v, n
 		}
 	}
-	return ""
+	return "", ""
 }

@@ -425,8 +425,8 @@ func TestDeadline(t *testing.T) {
 		t.Errorf("took %v", d)
 	}
 	var re *remote.Error
-	if !errors.As(err, &re) || re.Attempts != 2 || !strings.Contains(err.Error(), "deadline") {
-		t.Fatalf("err = %v, want a deadline *Error after 2 attempts", err)
+	if !errors.As(err, &re) || re.Attempts != 2 || !strings.Contains(err.Error(), "sent no response within the response timeout of 150ms") {
+		t.Fatalf("err = %v, want a response timeout *Error after 2 attempts", err)
 	}
 	zarrtest.CheckMessage(t, "ReadAt", err, srv.URL+"/d/a")
 	// A caller's context ending is final: no retry.

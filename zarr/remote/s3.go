@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -19,19 +21,25 @@ import (
 )
 
 // s3Clients is the S3 client every s3:// store of an Opener shares, and
-// why its requests go unsigned when they do for want of credentials.
+// what its messages say of the endpoint and the credentials.
 type s3Clients struct {
 	client   *s3.Client
-	unsigned string
 	endpoint string // the custom endpoint, else AWS's for the region
+	custom   *url.URL
+	source   string // the setting that gave the custom endpoint
+	region   string
+	// creds says where the credentials came from ("the environment
+	// (AWS_ACCESS_KEY_ID)"); "" when the requests are unsigned, and then
+	// unsigned says why.
+	creds, unsigned string
 }
 
 // s3Backend reads objects of one bucket through the AWS SDK's S3 client
 // (which signs the requests, SigV4); retries are this package's, the
 // SDK's own are off.
 type s3Backend struct {
-	c      *s3Clients
-	bucket string
+	c    *s3Clients
+	name string // the bucket's
 }
 
 func (o *Opener) newS3Backend(ctx context.Context, bucket string) (backend, error) {
@@ -42,14 +50,14 @@ func (o *Opener) newS3Backend(ctx context.Context, bucket string) (backend, erro
 		}
 		o.s3 = c
 	}
-	return &s3Backend{c: o.s3, bucket: bucket}, nil
+	return &s3Backend{c: o.s3, name: bucket}, nil
 }
 
-// s3Endpoint returns the custom endpoint: the option's, else the
-// environment's.
-func (o *Opener) s3Endpoint() string {
+// s3Endpoint returns the custom endpoint, the option's else the
+// environment's, and the setting that gave it.
+func (o *Opener) s3Endpoint() (endpoint, source string) {
 	if o.opts.S3.Endpoint != "" {
-		return o.opts.S3.Endpoint
+		return o.opts.S3.Endpoint, "Options.S3.Endpoint"
 	}
 	return firstEnv("DAMACY_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 }
@@ -87,13 +95,16 @@ func (o *Opener) s3Setup(ctx context.Context) (*s3Clients, error) {
 		cfg.HTTPClient = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		o.idle = append(o.idle, tr)
 	}
-	c := &s3Clients{}
+	c := &s3Clients{region: cfg.Region, creds: "Options.S3 (AccessKeyID, SecretAccessKey)"}
 	anonymous := opts.Anonymous || envFlag("DAMACY_S3_ANONYMOUS")
+	if anonymous {
+		c.unsigned = "the request was unsigned (anonymous, as asked)"
+	}
 	if !anonymous && !static {
 		// Resolve once now: a chain that finds nothing means unsigned
 		// requests (public buckets), and a 403 will say why.
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		_, err := cfg.Credentials.Retrieve(rctx)
+		creds, err := cfg.Credentials.Retrieve(rctx)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -102,14 +113,22 @@ func (o *Opener) s3Setup(ctx context.Context) (*s3Clients, error) {
 			anonymous = true
 			c.unsigned = "the request was unsigned: no AWS credentials found (" + err.Error() + ")"
 		}
+		c.creds = credsSource(creds.Source)
 	}
 	if anonymous {
 		cfg.Credentials = aws.AnonymousCredentials{}
+		c.creds = ""
 	}
-	endpoint := o.s3Endpoint()
+	endpoint, source := o.s3Endpoint()
 	c.endpoint = endpoint
 	if endpoint == "" {
 		c.endpoint = "https://s3." + cfg.Region + ".amazonaws.com"
+	} else {
+		u, err := url.Parse(endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("remote: S3 endpoint %q (from %s) is not an http(s) URL", endpoint, source)
+		}
+		c.custom, c.source = u, source
 	}
 	c.client = s3.NewFromConfig(cfg, func(so *s3.Options) {
 		if endpoint != "" {
@@ -124,13 +143,55 @@ func (o *Opener) s3Setup(ctx context.Context) (*s3Clients, error) {
 	return c, nil
 }
 
-func (b *s3Backend) uri(key string) string { return "s3://" + b.bucket + "/" + key }
+func (b *s3Backend) uri(key string) string { return "s3://" + b.name + "/" + key }
 
 func (b *s3Backend) endpoint() string { return b.c.endpoint }
 
+func (b *s3Backend) bucket() string { return b.name }
+
+func (b *s3Backend) server() server {
+	if b.c.custom != nil {
+		return server{role: "S3 endpoint", hostport: hostPort(b.c.custom), source: b.c.source}
+	}
+	return server{role: "S3 endpoint", hostport: b.name + ".s3." + b.c.region + ".amazonaws.com:443"}
+}
+
+// denied says what the refused request was signed with, and what to check.
+func (b *s3Backend) denied(key, code string) string {
+	if b.c.creds == "" {
+		return b.c.unsigned + fmt.Sprintf("; the bucket %q may not allow anonymous reads of %q", b.name, key)
+	}
+	switch code {
+	case "InvalidAccessKeyId":
+		return fmt.Sprintf("the access key ID from %s is unknown to %s", b.c.creds, b.server())
+	case "SignatureDoesNotMatch":
+		return fmt.Sprintf("the secret access key from %s does not match its access key ID", b.c.creds)
+	case "ExpiredToken", "TokenRefreshRequired":
+		return fmt.Sprintf("the session token from %s has expired", b.c.creds)
+	}
+	return fmt.Sprintf("signed with credentials from %s: check that they may read (s3:GetObject) key %q of bucket %q", b.c.creds, key, b.name)
+}
+
+// credsSource says where the SDK's chain found credentials, from their
+// Source.
+func credsSource(source string) string {
+	switch {
+	case source == "EnvConfigCredentials":
+		return "the environment (AWS_ACCESS_KEY_ID)"
+	case strings.HasPrefix(source, "SharedConfigCredentials"):
+		if p := os.Getenv("AWS_PROFILE"); p != "" {
+			return "the shared credentials file (profile " + p + ")"
+		}
+		return "the shared credentials file"
+	case source == "":
+		return "the AWS SDK's default chain"
+	}
+	return source
+}
+
 func (b *s3Backend) do(ctx context.Context, method, key, rng string) (*response, error) {
 	if method == http.MethodHead {
-		out, err := b.c.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &b.bucket, Key: &key})
+		out, err := b.c.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &b.name, Key: &key})
 		if err != nil {
 			return b.failure(err)
 		}
@@ -140,7 +201,7 @@ func (b *s3Backend) do(ctx context.Context, method, key, rng string) (*response,
 		}
 		return r, nil
 	}
-	in := &s3.GetObjectInput{Bucket: &b.bucket, Key: &key}
+	in := &s3.GetObjectInput{Bucket: &b.name, Key: &key}
 	if rng != "" {
 		in.Range = &rng
 	}
@@ -166,10 +227,10 @@ func (b *s3Backend) do(ctx context.Context, method, key, rng string) (*response,
 
 // failure turns an SDK error into a response carrying the status and the
 // service's error code, or returns it as a transport error when no
-// response came.
+// response came (the SDK then reports status 0).
 func (b *s3Backend) failure(err error) (*response, error) {
 	var re *smithyhttp.ResponseError
-	if !errors.As(err, &re) || re.Response == nil {
+	if !errors.As(err, &re) || re.Response == nil || re.HTTPStatusCode() == 0 {
 		return nil, err
 	}
 	r := &response{status: re.HTTPStatusCode(), header: re.Response.Header, length: -1, body: http.NoBody}
@@ -183,6 +244,5 @@ func (b *s3Backend) failure(err error) (*response, error) {
 	if region := r.header.Get("X-Amz-Bucket-Region"); r.status == http.StatusMovedPermanently && region != "" {
 		r.msg = strings.TrimPrefix(r.msg+"; ", "; ") + "the bucket is in region " + region + ": set AWS_REGION=" + region
 	}
-	r.hint = b.c.unsigned
 	return r, nil
 }

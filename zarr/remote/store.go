@@ -2,17 +2,12 @@ package remote
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,8 +26,15 @@ type backend interface {
 	do(ctx context.Context, method, key, rng string) (*response, error)
 	// uri returns the URI of the object key, for messages.
 	uri(key string) string
-	// endpoint returns the server the requests go to.
+	// endpoint returns the URL of the server the requests go to.
 	endpoint() string
+	// server names that server for messages.
+	server() server
+	// bucket returns the bucket's name; "" for a web server.
+	bucket() string
+	// denied says, for a 401 or 403 (with the service's error code) to a
+	// request for key, what the request carried and what to check.
+	denied(key, code string) string
 }
 
 // response is what a backend got back.
@@ -43,59 +45,6 @@ type response struct {
 	body   io.ReadCloser // never nil
 	code   string        // the service's error code ("SlowDown", "AccessDenied"), if any
 	msg    string        // the service's error message, if any
-	hint   string        // why the request failed, as far as the client knows (unsigned requests)
-}
-
-// errClosed is the cause of requests made after Opener.Close.
-var errClosed = errors.New("opener closed")
-
-// Error is a request that failed: the method, the object's URI, the HTTP
-// status (0 when no response came), the service's error code, the number
-// of attempts made, and the cause. A 404 matches fs.ErrNotExist, a 401 or
-// 403 fs.ErrPermission.
-type Error struct {
-	Method   string
-	URI      string
-	Status   int
-	Code     string
-	Attempts int
-	Err      error
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "remote: %s %s: ", e.Method, e.URI)
-	if e.Status != 0 {
-		fmt.Fprintf(&b, "%d %s", e.Status, http.StatusText(e.Status))
-		if e.Code != "" {
-			fmt.Fprintf(&b, " (%s)", e.Code)
-		}
-	}
-	if e.Err != nil {
-		if e.Status != 0 {
-			b.WriteString(": ")
-		}
-		b.WriteString(e.Err.Error())
-	}
-	if e.Attempts > 1 {
-		fmt.Fprintf(&b, " (after %d attempts)", e.Attempts)
-	}
-	return b.String()
-}
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is matches fs.ErrNotExist for a 404 and fs.ErrPermission for a 401 or
-// 403.
-func (e *Error) Is(target error) bool {
-	switch target {
-	case fs.ErrNotExist:
-		return e.Status == http.StatusNotFound
-	case fs.ErrPermission:
-		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
-	}
-	return false
 }
 
 // Store is an object store bucket, or a web server, behind the zarr.Store
@@ -514,8 +463,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// once sends one attempt under the concurrency bound and the per-attempt
-// deadline.
+// once sends one attempt under the concurrency bound, the connect timeout
+// and the response timeout.
 func (s *Store) once(ctx context.Context, method, key, rng string, handle func(*response) (bool, error)) (again bool, err error) {
 	fail := func(err error) *Error { return &Error{Method: method, URI: s.URI(key), Err: err} }
 	if s.o.ctx.Err() != nil {
@@ -529,12 +478,12 @@ func (s *Store) once(ctx context.Context, method, key, rng string, handle func(*
 		return false, fail(errClosed)
 	}
 	defer func() { <-s.o.sem }()
-	actx, cancel := context.WithTimeout(ctx, s.o.opts.Timeout)
-	defer cancel()
+	a := s.o.newAttempt(ctx)
+	defer a.stop()
 	s.o.requests.Add(1)
-	r, err := s.be.do(actx, method, key, rng)
+	r, err := s.be.do(a.ctx, method, key, rng)
 	if err != nil {
-		return s.transportFailure(ctx, actx, method, key, err)
+		return s.transportFailure(a, method, key, err)
 	}
 	defer r.body.Close()
 	if r.status/100 == 2 || r.status == http.StatusRequestedRangeNotSatisfiable {
@@ -544,18 +493,11 @@ func (s *Store) once(ctx context.Context, method, key, rng string, handle func(*
 		case err == nil, errors.As(err, &short):
 			return again, err
 		case again:
-			return s.transportFailure(ctx, actx, method, key, err)
+			return s.transportFailure(a, method, key, err)
 		}
 		return false, &Error{Method: method, URI: s.URI(key), Status: r.status, Err: err}
 	}
-	e := &Error{Method: method, URI: s.URI(key), Status: r.status, Code: r.code}
-	if msg := r.msg; msg != "" || r.hint != "" {
-		if r.hint != "" && (r.status == http.StatusForbidden || r.status == http.StatusUnauthorized) {
-			msg = strings.TrimPrefix(msg+"; "+r.hint, "; ")
-		}
-		e.Err = errors.New(msg)
-	}
-	return retryableStatus(r.status, r.code), e
+	return retryableStatus(r.status, r.code), s.statusError(method, key, r)
 }
 
 // retryableStatus reports whether a failed status is worth another
@@ -568,57 +510,6 @@ func retryableStatus(status int, code string) bool {
 	}
 	return status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
 }
-
-// transportFailure classifies an error without a (complete) response:
-// the caller's context ending is final; the attempt's deadline, resets,
-// bodies cut short and other network failures are retried; certificate
-// and name-resolution failures are not.
-func (s *Store) transportFailure(ctx, actx context.Context, method, key string, err error) (bool, error) {
-	err = bareURL(err)
-	e := &Error{Method: method, URI: s.URI(key), Err: err}
-	if ctx.Err() != nil {
-		e.Err = ctx.Err()
-		if s.o.ctx.Err() != nil {
-			e.Err = errClosed
-		}
-		return false, e
-	}
-	if actx.Err() != nil {
-		e.Err = fmt.Errorf("no answer within the deadline of %v: %w", s.o.opts.Timeout, err)
-		return true, e
-	}
-	var cert *tls.CertificateVerificationError
-	var unknown x509.UnknownAuthorityError
-	var host x509.HostnameError
-	var dns *net.DNSError
-	switch {
-	case errors.As(err, &cert), errors.As(err, &unknown), errors.As(err, &host):
-		return false, e
-	case errors.As(err, &dns) && dns.IsNotFound:
-		return false, e
-	}
-	return true, e
-}
-
-// bareURL returns err, an HTTP client's *url.Error, as an error whose
-// message is its cause alone and which unwraps to err: the Error around
-// it names the method and the object (without the query string or
-// password, which the *url.Error's text may hold). Other errors come back
-// unchanged.
-func bareURL(err error) error {
-	var ue *url.Error
-	if !errors.As(err, &ue) {
-		return err
-	}
-	return &urlCause{ue}
-}
-
-// urlCause is a *url.Error that reads as its cause alone.
-type urlCause struct{ ue *url.Error }
-
-func (c *urlCause) Error() string { return c.ue.Err.Error() }
-
-func (c *urlCause) Unwrap() error { return c.ue }
 
 // contentRange is a parsed Content-Range: bytes first-last/total (total
 // -1 for "*"), or bytes */total for a 416 (first and last -1).

@@ -112,7 +112,9 @@ func (o *Opener) put(ctx context.Context, b *s3Backend, key, file string) error 
 		return &Error{Method: "PUT", URI: b.uri(key), Status: status, Code: code, Err: err, Attempts: attempts}
 	}
 	for attempt := 1; ; attempt++ {
-		err := o.putOnce(ctx, b, key, file)
+		a := o.newAttempt(ctx)
+		err := o.putOnce(a.ctx, b, key, file)
+		a.stop()
 		if err == nil {
 			return nil
 		}
@@ -128,6 +130,8 @@ func (o *Opener) put(ctx context.Context, b *s3Backend, key, file string) error 
 			if r.msg != "" {
 				err = errors.New(r.msg)
 			}
+		} else if retry {
+			err, retry = describe(b.server(), o.opts, a, err)
 		}
 		if !retry || attempt >= o.opts.Attempts {
 			return fail(status, code, err, attempt)
@@ -148,9 +152,7 @@ func (o *Opener) putOnce(ctx context.Context, b *s3Backend, key, file string) er
 	if err != nil {
 		return err
 	}
-	actx, cancel := context.WithTimeout(ctx, o.opts.Timeout)
-	defer cancel()
 	n := fi.Size()
-	_, err = b.c.client.PutObject(actx, &s3.PutObjectInput{Bucket: &b.bucket, Key: &key, Body: f, ContentLength: &n})
+	_, err = b.c.client.PutObject(ctx, &s3.PutObjectInput{Bucket: &b.name, Key: &key, Body: f, ContentLength: &n})
 	return err
 }
