@@ -8,6 +8,7 @@ import (
 
 	"github.com/damacy-go/damacy/cuda"
 	"github.com/damacy-go/damacy/nvcomp"
+	"github.com/damacy-go/damacy/ptx"
 )
 
 // submitDecode queues a prepared wave's copy and decoding: H2D on the copy
@@ -173,7 +174,7 @@ func (e *cudaEngine) assembleInto(b *waveBuf, p *wavePart) error {
 // slot on the assemble stream.
 func (e *cudaEngine) assemble(b *waveBuf, p *wavePart) error {
 	ops, blocks := b.base+cuda.DevicePtr(p.opsOff), b.base+cuda.DevicePtr(p.blkOff)
-	return e.kernels.Assemble(e.asmS, p.plan, ops, blocks, b.base, e.readable(b), cuda.DevicePtr(p.batch.slot.dev))
+	return e.kernels.Assemble(e.asmS, p.plan, ptx.AssembleArgs{Ops: ops, BlockOps: blocks, Arena: b.base, ArenaBytes: e.readable(b), Out: cuda.DevicePtr(p.batch.slot.dev)})
 }
 
 // readable is how many bytes from b's base the assemble kernel may read:

@@ -60,7 +60,7 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 		return err
 	}
 	l := p.Layout()
-	a, err := ptx.NewHostAssembly(w.batch.slot.host[:l.Bytes()], l, h.arena, p.Ops())
+	a, err := ptx.NewHostAssembly(w.batch.slot.host[:l.Bytes()], l, h.arena, p.Ops(), p.Transforms())
 	if err != nil {
 		return newError("assemble", ErrInvalid, "", err)
 	}

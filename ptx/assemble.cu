@@ -1,8 +1,10 @@
 // The assemble kernel: one launch per wave gathers the wave's decoded
 // chunks out of the arena into the batch tensor [N, *shape], undoing blosc
 // byte or bit shuffle, byte order and the chunk's axis order on the way,
-// casting every element to float32 or bfloat16, and writing fill values
-// where a box has no source. ops.go's AssembleHost is its exact host twin.
+// casting every element to float32 or bfloat16 (or passing it through to
+// an integer output type), applying each sample's transform, and writing
+// fill values where a box has no source. host.go's AssembleHost is its
+// exact host twin.
 //
 // Work layout, and why:
 // - Each op is a box: a destination region of one sample and, for a copy,
@@ -47,6 +49,23 @@
 //   the host (NaN payloads, float16, bfloat16), and IEEE round-to-nearest
 //   conversions (cvt.rn) elsewhere, which Go's conversions also use. Only
 //   PTX ISA 8.0 / sm_75 features are used, so no bf16 cvt.
+// - Per-sample transforms (a table of damacy_transform, one per sample, or
+//   none) cost the element loop nothing for their geometry: a signed axis
+//   permutation is folded into the op's output strides, which the setup
+//   permutes and negates (u32 arithmetic wraps, and every index it sums
+//   to lies inside the sample), and into the op's base offset. The
+//   intensity map (a rounded multiply and add, a clip) is one more
+//   per-group branch on a block-uniform flag, taken only when it applies.
+// - Integer outputs (labels) run an out-of-line copy of the group loop,
+//   chosen once per block from the launch's output type, so the float
+//   loop's code is what it was: values convert to 64-bit integers and are
+//   checked against the output's range (a float must be finite and
+//   integral). A value that does not fit is a misfit, never wrapped: with
+//   a status in the launch, each warp with misfits adds their count with
+//   one atomic and offers its earliest (in the batch's order) to the
+//   status, where an atomicMax on the inverted position and a lock around
+//   the value keep the batch's first misfit and its value, whatever the
+//   order the blocks run in.
 #include "kernels.h"
 
 typedef unsigned char u8;
@@ -75,8 +94,11 @@ __device__ __forceinline__ u32 divide(u32 n, const fastdiv& f) {
 // Per-block constants of one op.
 struct op_ctx {
   damacy_op op;
+  damacy_transform tf;           // the op's sample's transform (read only with a table)
   fastdiv ext[DAMACY_MAX_RANK];  // box extents
-  u32 ostride[DAMACY_MAX_RANK];  // output element strides within a sample
+  // Output element strides within a sample, per box axis: C-order strides,
+  // permuted and negated (mod 2^32) by the sample's transform.
+  u32 ostride[DAMACY_MAX_RANK];
   u64 sample_base;               // output element index of the sample's first element
   u32 dst_base;                  // in-sample element index of the box's first element
   u32 src_base;                  // chunk element index of the box's first element
@@ -90,6 +112,7 @@ struct op_ctx {
   u32 n_full;                    // typesize units in a full block
   u32 n_last;                    // typesize units in the last block
   u32 whole;                     // typesize == itemsize and blocksize % typesize == 0
+  u32 scaled;                    // the transform's intensity map applies
 };
 
 __device__ __forceinline__ u32 itemsize_of(u32 dtype) {
@@ -329,12 +352,11 @@ __device__ __forceinline__ u32 locate_rank(u32 rank, const op_ctx& c, u32 first,
   }
 }
 
-// Reads this thread's elements and turns them into float32 bits.
-__device__ __forceinline__ void gather(const damacy_assemble_params& p, const op_ctx& c, u32 n,
-                                       const u32 (&src)[EPT], u32 (&bits)[EPT]) {
-  const u8* __restrict__ chunk = reinterpret_cast<const u8*>(p.arena) + c.op.src_offset;
+// Reads the stored bytes of this thread's elements from the op's chunk,
+// in host byte order: value bits as Float32Bits and IntBits take them.
+__device__ __forceinline__ void load(const u8* __restrict__ chunk, const op_ctx& c, u32 n,
+                                     const u32 (&src)[EPT], u64 (&raw)[EPT]) {
   const u32 size = c.itemsize;
-  u64 raw[EPT];
   switch (c.op.shuffle) {
     case DAMACY_BYTESHUFFLE:
       if (c.whole && (size == 2 || size == 4)) {
@@ -377,6 +399,13 @@ __device__ __forceinline__ void gather(const damacy_assemble_params& p, const op
   if (c.op.big_endian) {
     EACH(n, raw[k] = swap_bytes(raw[k], size));
   }
+}
+
+// Reads this thread's elements and turns them into float32 bits.
+__device__ __forceinline__ void gather(const damacy_assemble_params& p, const op_ctx& c, u32 n,
+                                       const u32 (&src)[EPT], u32 (&bits)[EPT]) {
+  u64 raw[EPT];
+  load(reinterpret_cast<const u8*>(p.arena) + c.op.src_offset, c, n, src, raw);
   switch (c.op.src_dtype) {
     case DAMACY_BOOL:
       EACH(n, bits[k] = (raw[k] & 0xff) != 0 ? 0x3f800000u : 0u);
@@ -413,31 +442,260 @@ __device__ __forceinline__ void gather(const damacy_assemble_params& p, const op
   }
 }
 
+// The intensity map of transform tf on float32 bits b (Go:
+// Transform.mapBits): a multiply and an add, each rounded, never fused; a
+// NaN result is 0x7FC00000 (tested first, so that no rewriting of the
+// clip into max/min could turn a NaN into a bound); then the clip.
+__device__ __forceinline__ u32 adjust(const damacy_transform& tf, u32 b) {
+  float r = __fadd_rn(__fmul_rn(__uint_as_float(b), tf.scale), tf.offset);
+  if (r != r) {
+    return 0x7fc00000u;
+  }
+  r = r < tf.lo ? tf.lo : r;
+  r = r > tf.hi ? tf.hi : r;
+  return __float_as_uint(r);
+}
+
+// The range of an integer output type (Go: intRange).
+__device__ __forceinline__ void int_range(u32 dtype, long long& lo, long long& hi) {
+  switch (dtype) {
+    case DAMACY_INT8:
+      lo = -128;
+      hi = 127;
+      break;
+    case DAMACY_INT16:
+      lo = -32768;
+      hi = 32767;
+      break;
+    case DAMACY_INT32:
+      lo = -2147483647LL - 1;
+      hi = 2147483647LL;
+      break;
+    case DAMACY_UINT8:
+      lo = 0;
+      hi = 255;
+      break;
+    case DAMACY_UINT16:
+      lo = 0;
+      hi = 65535;
+      break;
+    case DAMACY_UINT32:
+      lo = 0;
+      hi = 4294967295LL;
+      break;
+    default:  // DAMACY_INT64
+      lo = -9223372036854775807LL - 1;
+      hi = 9223372036854775807LL;
+      break;
+  }
+}
+
+// A float as an integer, and whether it is one: finite, integral and in
+// [-2^63, 2^63); else 0 (Go: floatInt). A NaN fails the first test.
+__device__ __forceinline__ bool float_to_int(float f, long long& v) {
+  const bool ok = f == truncf(f) && f >= -9223372036854775808.0f && f < 9223372036854775808.0f;
+  v = ok ? __float2ll_rz(f) : 0;
+  return ok;
+}
+
+__device__ __forceinline__ bool double_to_int(double f, long long& v) {
+  const bool ok = f == trunc(f) && f >= -9223372036854775808.0 && f < 9223372036854775808.0;
+  v = ok ? __double2ll_rz(f) : 0;
+  return ok;
+}
+
+// Converts this thread's elements, value bits raw of source type dtype,
+// to integers (Go: intValue) and returns the mask of those that do not
+// fit [lo, hi] (bit k for element k).
+__device__ __forceinline__ u32 to_int(u32 dtype, u32 n, const u64 (&raw)[EPT], long long (&v)[EPT], long long lo,
+                                      long long hi) {
+  u32 bad = 0;
+  switch (dtype) {
+    case DAMACY_BOOL:
+      EACH(n, v[k] = (raw[k] & 0xff) != 0 ? 1 : 0);
+      break;
+    case DAMACY_INT8:
+      EACH(n, v[k] = (signed char)(u8)raw[k]);
+      break;
+    case DAMACY_INT16:
+      EACH(n, v[k] = (short)(u16)raw[k]);
+      break;
+    case DAMACY_INT32:
+      EACH(n, v[k] = (int)(u32)raw[k]);
+      break;
+    case DAMACY_INT64:
+    case DAMACY_UINT8:
+    case DAMACY_UINT16:
+    case DAMACY_UINT32:
+      EACH(n, v[k] = (long long)raw[k]);
+      break;
+    case DAMACY_UINT64:
+      // Above 2^63-1 no output type holds it; its bits are written as
+      // they are.
+      EACH(n, v[k] = (long long)raw[k]; bad |= (u32)(v[k] < 0) << k);
+      break;
+    case DAMACY_FLOAT16:
+      EACH(n, bad |= (u32)!float_to_int(__uint_as_float(half_to_float_bits((u32)raw[k] & 0xffff)), v[k]) << k);
+      break;
+    case DAMACY_FLOAT32:
+      EACH(n, bad |= (u32)!float_to_int(__uint_as_float((u32)raw[k]), v[k]) << k);
+      break;
+    default:  // DAMACY_FLOAT64
+      EACH(n, bad |= (u32)!double_to_int(__longlong_as_double((long long)raw[k]), v[k]) << k);
+      break;
+  }
+  EACH(n, bad |= (u32)(v[k] < lo || v[k] > hi) << k);
+  return bad;
+}
+
+// Makes (mark, value, dtype) the status's first misfit if mark is the
+// largest mark so far (the earliest misfit in the batch's order). The mark
+// is raised with atomicMax; value and dtype are written under the
+// status's lock, and only while the mark read under the lock is still
+// this one. The thread that raises the mark last takes the lock after
+// every other thread that raised it, so value and dtype end up those of
+// the final mark, whatever the order. One lane per warp calls this
+// (report), so the spinning never waits on a lane of its own warp.
+__device__ __noinline__ void record_first(damacy_misfits* s, u64 mark, u64 value, u32 dtype) {
+  if (atomicMax(&s->first, mark) >= mark) {
+    return;
+  }
+  while (atomicCAS(&s->lock, 0u, 1u) != 0u) {
+  }
+  __threadfence();
+  if (*reinterpret_cast<volatile u64*>(&s->first) == mark) {
+    *reinterpret_cast<volatile u64*>(&s->value) = value;
+    *reinterpret_cast<volatile u32*>(&s->dtype) = dtype;
+  }
+  __threadfence();
+  atomicExch(&s->lock, 0u);
+}
+
+// Adds this warp's misfits (this thread's in mask bad) to the status: the
+// count with one atomic per warp, the warp's earliest misfit through the
+// one lane that holds it. Every lane of the warp must call it.
+__device__ __forceinline__ void report(damacy_misfits* s, const op_ctx& c, u32 bad, const u32 (&dst)[EPT],
+                                       const u64 (&raw)[EPT]) {
+  u64 mark = 0, value = 0;
+#pragma unroll
+  for (u32 k = 0; k < EPT; k++) {
+    const u64 m = ~(((u64)c.op.sample << 32) | dst[k]);
+    if (((bad >> k) & 1) != 0 && m > mark) {
+      mark = m;
+      value = raw[k];
+    }
+  }
+  u64 count = __popc(bad);
+  u64 best = mark;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    count += __shfl_xor_sync(0xffffffffu, count, o);
+    const u64 other = __shfl_xor_sync(0xffffffffu, best, o);
+    best = other > best ? other : best;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(&s->count, count);
+  }
+  if (mark != 0 && mark == best) {
+    record_first(s, mark, value, c.op.src_dtype);
+  }
+}
+
+// The groups of a block for an integer output: the kernel's loop, with
+// the values converted to integers instead of float32 and, when the
+// launch has a status, misfits reported. Out of line, so that the float
+// loop's code and registers are what they were without it.
+__device__ __noinline__ void assemble_ints(const op_ctx& c, u32 first, u32 rank, u64 arena, u64 out_addr,
+                                           u32 out_dtype, u64 misfits) {
+  long long lo, hi;
+  int_range(out_dtype, lo, hi);
+  const u32 size = itemsize_of(out_dtype);
+  u8* __restrict__ out = reinterpret_cast<u8*>(out_addr) + c.sample_base * size;
+  const u8* __restrict__ chunk = reinterpret_cast<const u8*>(arena) + c.op.src_offset;
+#pragma unroll 1
+  for (u32 g = 0; g < DAMACY_ASSEMBLE_GROUPS; g++) {
+    const u32 group = first + g * DAMACY_ASSEMBLE_THREADS * EPT;
+    if (group >= c.elems) {
+      return;
+    }
+    u32 src[EPT], dst[EPT];
+    long long v[EPT];
+    const u32 n = locate_rank(rank, c, group, src, dst);
+    if (c.op.src_dtype == DAMACY_FILL) {
+      EACH(n, v[k] = (int)c.op.fill);  // sign-extended for INT64
+    } else {
+      u64 raw[EPT];
+      load(chunk, c, n, src, raw);
+      const u32 bad = to_int(c.op.src_dtype, n, raw, v, lo, hi);
+      // Uniform across the block up to the vote, so every lane is there.
+      if (misfits != 0 && __any_sync(0xffffffffu, bad != 0)) {
+        report(reinterpret_cast<damacy_misfits*>(misfits), c, bad, dst, raw);
+      }
+    }
+    switch (size) {
+      case 1:
+        EACH(n, out[dst[k]] = (u8)v[k]);
+        break;
+      case 2:
+        EACH(n, reinterpret_cast<u16*>(out)[dst[k]] = (u16)v[k]);
+        break;
+      case 4:
+        EACH(n, reinterpret_cast<u32*>(out)[dst[k]] = (u32)v[k]);
+        break;
+      default:
+        EACH(n, reinterpret_cast<u64*>(out)[dst[k]] = (u64)v[k]);
+        break;
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(DAMACY_ASSEMBLE_THREADS, 4)
     damacy_assemble(const damacy_assemble_params p) {
   __shared__ op_ctx c;
   const u32 t = threadIdx.x;
   const u32 words = sizeof(damacy_op) / 4;
+  // Threads from tf_loader on load the sample's transform: a warp of
+  // their own, beside the op's.
+  constexpr u32 tf_loader = 64;
   if (t < words) {
     u32 index = reinterpret_cast<const u32*>(p.block_ops)[blockIdx.x];
     const u32* op = reinterpret_cast<const u32*>(reinterpret_cast<const damacy_op*>(p.ops) + index);
     reinterpret_cast<u32*>(&c.op)[t] = op[t];
+  } else if (p.transforms != 0 && t >= tf_loader && t < tf_loader + sizeof(damacy_transform) / 4) {
+    u32 index = reinterpret_cast<const u32*>(p.block_ops)[blockIdx.x];
+    u32 sample = reinterpret_cast<const damacy_op*>(p.ops)[index].sample;
+    const u32* tf = reinterpret_cast<const u32*>(reinterpret_cast<const damacy_transform*>(p.transforms) + sample);
+    reinterpret_cast<u32*>(&c.tf)[t - tf_loader] = tf[t - tf_loader];
   }
   __syncthreads();
   const u32 rank = p.rank;
   if (t < rank) {
     c.ext[t] = make_fastdiv(c.op.extent[t]);
   } else if (t == DAMACY_MAX_RANK) {
-    u32 stride = 1;
-    u32 dst = 0, src = 0, elems = 1;
+    // Output axis d (C stride `stride`) takes box axis a, backwards when
+    // flipped: then the box's element 0 along a lands at shape[d]-1, and
+    // each step moves -stride (u32 arithmetic wraps, and every output
+    // index it sums to lies in [0, 2^32)). Without a table a = d.
+    const bool tf = p.transforms != 0;
+    u32 stride = 1, base = 0;
+    u32 src = 0, elems = 1;
 #pragma unroll
     for (int d = DAMACY_MAX_RANK - 1; d >= 0; d--) {
       if (d < (int)rank) {
-        c.ostride[d] = stride;
-        dst += c.op.dst_start[d] * stride;
+        const u32 a = tf ? c.tf.perm[d] & (DAMACY_MAX_RANK - 1) : d;
+        const bool flip = tf && ((c.tf.flips >> d) & 1) != 0;
+        c.ostride[a] = flip ? 0u - stride : stride;
+        base += flip ? (p.shape[d] - 1) * stride : 0u;
         src += c.op.src_start[d] * c.op.src_stride[d];
         elems *= c.op.extent[d];
         stride *= p.shape[d];
+      }
+    }
+    u32 dst = base;
+#pragma unroll
+    for (int d = 0; d < DAMACY_MAX_RANK; d++) {
+      if (d < (int)rank) {
+        dst += c.op.dst_start[d] * c.ostride[d];
       }
     }
     c.sample_base = (u64)c.op.sample * stride;
@@ -445,6 +703,7 @@ extern "C" __global__ void __launch_bounds__(DAMACY_ASSEMBLE_THREADS, 4)
     c.src_base = src;
     c.elems = elems;
     c.itemsize = itemsize_of(c.op.src_dtype);
+    c.scaled = tf && c.tf.intensity != 0;
   } else if (t == DAMACY_MAX_RANK + 1 && c.op.shuffle != DAMACY_NOSHUFFLE) {
     u32 bs = c.op.blocksize, ts = c.op.typesize;
     c.block = make_fastdiv(bs);
@@ -457,6 +716,10 @@ extern "C" __global__ void __launch_bounds__(DAMACY_ASSEMBLE_THREADS, 4)
   }
   __syncthreads();
   const u32 first = (blockIdx.x - c.op.first_block) * DAMACY_ASSEMBLE_ELEMS_PER_BLOCK;
+  if (p.out_dtype != DAMACY_FLOAT32 && p.out_dtype != DAMACY_BFLOAT16) {
+    assemble_ints(c, first, rank, p.arena, p.out, p.out_dtype, p.misfits);
+    return;
+  }
 #pragma unroll 1
   for (u32 g = 0; g < DAMACY_ASSEMBLE_GROUPS; g++) {
     const u32 group = first + g * DAMACY_ASSEMBLE_THREADS * EPT;
@@ -469,6 +732,9 @@ extern "C" __global__ void __launch_bounds__(DAMACY_ASSEMBLE_THREADS, 4)
       EACH(n, bits[k] = c.op.fill);
     } else {
       gather(p, c, n, src, bits);
+    }
+    if (c.scaled) {
+      EACH(n, bits[k] = adjust(c.tf, bits[k]));
     }
     // The casts and the bfloat16 rounding are the host's (dtype.go).
     if (p.out_dtype == DAMACY_BFLOAT16) {

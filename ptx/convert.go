@@ -21,8 +21,12 @@ const (
 )
 
 // rowKindOf returns the row kind of source type src into output type out,
-// and false where convertRows has none (only 8- and 16-bit integers have).
+// and false where convertRows has none (only 8- and 16-bit integers into
+// float32 or bfloat16 have).
 func rowKindOf(src, out Dtype) (rowKind, bool) {
+	if out != Float32 && out != BFloat16 {
+		return 0, false
+	}
 	var k rowKind
 	switch src {
 	case Uint8:

@@ -60,7 +60,7 @@ func TestConvertRow(t *testing.T) {
 					v := make([]uint32, n)
 					castRow(v, r, src)
 					ref := make([]byte, n*osz)
-					writeRow(ref, outType, 0, v, make([]uint16, n))
+					writeRow(ref, outType, 0, 1, v, make([]uint16, n))
 					if !bytes.Equal(want[osz:osz+n*osz], ref) {
 						t.Fatalf("%v -> %v, n %d: portable loop %x, castRow+writeRow %x", src, outType, n, want[osz:osz+n*osz], ref)
 					}

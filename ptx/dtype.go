@@ -7,8 +7,9 @@ import (
 )
 
 // A Dtype is an element type as the kernels number it (kernels.h's
-// DAMACY_* values). Bool through Float64 are source types; Float32 and
-// BFloat16 are the output types.
+// DAMACY_* values). Bool through Float64 are source types. The output
+// types are Float32 and BFloat16, and every integer type but Uint64 (for
+// label sources, whose values pass through without float conversion).
 type Dtype uint8
 
 // Element types.
@@ -60,8 +61,15 @@ func (d Dtype) Size() int {
 // IsSource reports whether d can be a source type of a copy op.
 func (d Dtype) IsSource() bool { return d >= Bool && d <= Float64 }
 
-// IsOutput reports whether d can be the type of the batch tensor.
-func (d Dtype) IsOutput() bool { return d == Float32 || d == BFloat16 }
+// IsOutput reports whether d can be the type of the batch tensor: Float32,
+// BFloat16, or an integer type other than Uint64.
+func (d Dtype) IsOutput() bool {
+	return d == Float32 || d == BFloat16 || d.IsInteger() && d != Uint64
+}
+
+// IsInteger reports whether d is one of the signed or unsigned integer
+// types (Int8 through Uint64; not Bool).
+func (d Dtype) IsInteger() bool { return d >= Int8 && d <= Uint64 }
 
 // A Shuffle is the blosc shuffle filter a source chunk was written with.
 type Shuffle uint8

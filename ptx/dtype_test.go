@@ -255,21 +255,26 @@ func TestFloat32BitsFloats(t *testing.T) {
 
 func TestDtype(t *testing.T) {
 	tests := []struct {
-		d              Dtype
-		name           string
-		size           int
-		source, output bool
+		d                       Dtype
+		name                    string
+		size                    int
+		source, output, integer bool
 	}{
-		{0, "Dtype(0)", 0, false, false},
-		{Bool, "bool", 1, true, false},
-		{Int8, "int8", 1, true, false},
-		{Int64, "int64", 8, true, false},
-		{Uint16, "uint16", 2, true, false},
-		{Float16, "float16", 2, true, false},
-		{Float32, "float32", 4, true, true},
-		{Float64, "float64", 8, true, false},
-		{BFloat16, "bfloat16", 2, false, true},
-		{14, "Dtype(14)", 0, false, false},
+		{0, "Dtype(0)", 0, false, false, false},
+		{Bool, "bool", 1, true, false, false},
+		{Int8, "int8", 1, true, true, true},
+		{Int16, "int16", 2, true, true, true},
+		{Int32, "int32", 4, true, true, true},
+		{Int64, "int64", 8, true, true, true},
+		{Uint8, "uint8", 1, true, true, true},
+		{Uint16, "uint16", 2, true, true, true},
+		{Uint32, "uint32", 4, true, true, true},
+		{Uint64, "uint64", 8, true, false, true},
+		{Float16, "float16", 2, true, false, false},
+		{Float32, "float32", 4, true, true, false},
+		{Float64, "float64", 8, true, false, false},
+		{BFloat16, "bfloat16", 2, false, true, false},
+		{14, "Dtype(14)", 0, false, false, false},
 	}
 	for _, tt := range tests {
 		if got := tt.d.String(); got != tt.name {
@@ -283,6 +288,9 @@ func TestDtype(t *testing.T) {
 		}
 		if got := tt.d.IsOutput(); got != tt.output {
 			t.Errorf("%v.IsOutput() = %v; want %v", tt.d, got, tt.output)
+		}
+		if got := tt.d.IsInteger(); got != tt.integer {
+			t.Errorf("%v.IsInteger() = %v; want %v", tt.d, got, tt.integer)
 		}
 	}
 }

@@ -102,7 +102,7 @@ func gpuAssemble(e *cuda.Executor, k *Kernels, plan *Plan, arena []byte) ([]byte
 		if err := cuda.MemsetD8(dOut, poison, len(got)); err != nil {
 			return err
 		}
-		if err := k.Assemble(0, plan, dOps, dBlocks, dArena, int64(len(arena)), dOut); err != nil {
+		if err := k.Assemble(0, plan, AssembleArgs{Ops: dOps, BlockOps: dBlocks, Arena: dArena, ArenaBytes: int64(len(arena)), Out: dOut}); err != nil {
 			return err
 		}
 		if err := cuda.Synchronize(); err != nil {
@@ -134,7 +134,7 @@ func TestAssembleGPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				host := poisoned(sc.layout.Bytes())
-				if err := AssembleHost(host, sc.layout, sc.arena, sc.plan.Ops(), 0); err != nil {
+				if err := AssembleHost(host, sc.layout, sc.arena, sc.plan.Ops(), nil, 0); err != nil {
 					t.Fatal(err)
 				}
 				if d := firstDiff(sc, host); d != "" {
@@ -428,13 +428,18 @@ func TestLoadGPU(t *testing.T) {
 		if err := p.Copy(0, []int{0}, []int{8}, &Source{Offset: 8, Dtype: Uint8, Shape: []int{8}}, []int{0}); err != nil {
 			return err
 		}
-		if err := k2.Assemble(0, p, 256, 256, 256, 16, 256); !errors.Is(err, ErrInvalid) {
+		args := AssembleArgs{Ops: 256, BlockOps: 256, Arena: 256, ArenaBytes: 16, Out: 256}
+		if err := k2.Assemble(0, p, args); !errors.Is(err, ErrInvalid) {
 			return fmt.Errorf("assemble on unloaded kernels: %v", err)
 		}
-		if err := k.Assemble(0, p, 256, 256, 256, 15, 256); !errors.Is(err, ErrInvalid) {
+		short := args
+		short.ArenaBytes = 15
+		if err := k.Assemble(0, p, short); !errors.Is(err, ErrInvalid) {
 			return fmt.Errorf("assemble beyond the arena: %v", err)
 		}
-		if err := k.Assemble(0, p, 256, 256, 260, 16, 256); !errors.Is(err, ErrInvalid) {
+		misaligned := args
+		misaligned.Arena = 260
+		if err := k.Assemble(0, p, misaligned); !errors.Is(err, ErrInvalid) {
 			return fmt.Errorf("misaligned arena: %v", err)
 		}
 		if err := k.ReduceStatus(0, 256, 256, 256, 4, 260); !errors.Is(err, ErrInvalid) {
@@ -504,7 +509,7 @@ func BenchmarkAssembleGPU(b *testing.B) {
 						return err
 					}
 					for range launches {
-						if err := k.Assemble(0, plan, dOps, dBlocks, dArena, int64(len(arena)), dOut); err != nil {
+						if err := k.Assemble(0, plan, AssembleArgs{Ops: dOps, BlockOps: dBlocks, Arena: dArena, ArenaBytes: int64(len(arena)), Out: dOut}); err != nil {
 							return err
 						}
 					}

@@ -1,10 +1,7 @@
 package ptx
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
-	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -21,12 +18,16 @@ const (
 // AssembleHost executes ops on the CPU: the host twin of the assemble
 // kernel, with the same results bit for bit. out is the batch tensor of
 // layout l (l.Bytes() bytes, elements in host byte order); arena holds the
-// decoded chunks the copy ops read. The ops must not overlap in the
-// output (a Plan's ops do not when its boxes do not). Up to workers
-// goroutines share the work (0 means GOMAXPROCS). Every op is validated
-// first; on error nothing has been written.
-func AssembleHost(out []byte, l Layout, arena []byte, ops []Op, workers int) error {
-	a, err := NewHostAssembly(out, l, arena, ops)
+// decoded chunks the copy ops read; transforms is the batch's transform
+// table (Plan.Transforms: nil, or one per sample). The ops must not
+// overlap in the output (a Plan's ops do not when its boxes do not). Up
+// to workers goroutines share the work (0 means GOMAXPROCS). Every op and
+// transform is validated first; on such an error nothing has been
+// written. For an integer output, values that do not fit it are reported,
+// after every op has run, as a *MisfitError (the elements they were
+// written to hold unspecified values).
+func AssembleHost(out []byte, l Layout, arena []byte, ops []Op, transforms []Transform, workers int) error {
+	a, err := NewHostAssembly(out, l, arena, ops, transforms)
 	if err != nil {
 		return err
 	}
@@ -52,6 +53,8 @@ func AssembleHost(out []byte, l Layout, arena []byte, ops []Op, workers int) err
 	for range workers {
 		wg.Go(func() {
 			sc := NewHostScratch()
+			var m MisfitStatus
+			defer a.merge(&m)
 			for {
 				u := int(next.Add(1) - 1)
 				if u >= units {
@@ -59,39 +62,58 @@ func AssembleHost(out []byte, l Layout, arena []byte, ops []Op, workers int) err
 				}
 				h := &a.ops[unitOps[u]]
 				start := int64(u-unitStart[unitOps[u]]) * hostUnit
-				h.run(a.out, a.dtype, start, min(hostUnit, h.elems-start), sc)
+				h.run(a.out, a.dtype, start, min(hostUnit, h.elems-start), sc, &m)
 			}
 		})
 	}
 	wg.Wait()
-	return nil
+	st := a.Misfits()
+	return st.Err(l)
 }
 
 // HostAssembly is AssembleHost taken apart, for a caller that runs the
 // ops reading one chunk right after decoding it, while the chunk's bytes
 // are still in the CPU's cache: NewHostAssembly validates and prepares
-// every op, Run executes some of them on the calling goroutine.
+// every op, Run executes some of them on the calling goroutine, and
+// Misfits reports the values that did not fit an integer output.
 type HostAssembly struct {
-	out   []byte
-	dtype Dtype
-	ops   []hostOp
+	out        []byte
+	dtype      Dtype
+	ops        []hostOp
+	transforms []Transform
+
+	mu      sync.Mutex
+	misfits MisfitStatus // of every Run so far
 }
 
-// NewHostAssembly validates ops against layout l, out and arena as
-// AssembleHost does, and prepares them; nothing is written yet.
-func NewHostAssembly(out []byte, l Layout, arena []byte, ops []Op) (*HostAssembly, error) {
+// NewHostAssembly validates ops and transforms (nil, or one per sample)
+// against layout l, out and arena as AssembleHost does, and prepares them;
+// nothing is written yet.
+func NewHostAssembly(out []byte, l Layout, arena []byte, ops []Op, transforms []Transform) (*HostAssembly, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
 	if int64(len(out)) != l.Bytes() {
 		return nil, fmt.Errorf("ptx: output of %d bytes for a layout of %d: %w", len(out), l.Bytes(), ErrInvalid)
 	}
-	a := &HostAssembly{out: out, dtype: l.Dtype, ops: make([]hostOp, len(ops))}
+	if len(transforms) != 0 && len(transforms) != l.Samples {
+		return nil, fmt.Errorf("ptx: %d transforms for %d samples: %w", len(transforms), l.Samples, ErrInvalid)
+	}
+	a := &HostAssembly{out: out, dtype: l.Dtype, ops: make([]hostOp, len(ops)), transforms: append([]Transform(nil), transforms...)}
+	for s := range a.transforms {
+		if err := a.transforms[s].validate(s, &l); err != nil {
+			return nil, err
+		}
+	}
 	for i := range ops {
 		if err := validateOp(&ops[i], i, &l, int64(len(arena))); err != nil {
 			return nil, err
 		}
-		a.ops[i].prepare(&ops[i], &l, arena)
+		var tf *Transform
+		if len(a.transforms) != 0 && !a.transforms[ops[i].Sample].isIdentity() {
+			tf = &a.transforms[ops[i].Sample]
+		}
+		a.ops[i].prepare(&ops[i], &l, arena, tf)
 	}
 	return a, nil
 }
@@ -101,19 +123,25 @@ type HostScratch struct {
 	raw    []uint64
 	vals   []uint32
 	halves []uint16
+	ints   []int64
 }
 
 // NewHostScratch returns scratch rows for HostAssembly.Run.
 func NewHostScratch() *HostScratch {
-	return &HostScratch{raw: make([]uint64, hostRow), vals: make([]uint32, hostRow), halves: make([]uint16, hostRow)}
+	return &HostScratch{raw: make([]uint64, hostRow), vals: make([]uint32, hostRow),
+		halves: make([]uint16, hostRow), ints: make([]int64, hostRow)}
 }
 
 // Run executes the ops whose indexes idx lists, whole, on the calling
 // goroutine. With from non-nil, the ops read from instead of
 // arena[base:base+len(from)], which must hold all the source bytes they
 // read: a chunk decoded into a scratch buffer rather than into its arena
-// region. Goroutines may run disjoint sets of ops at once.
+// region. Goroutines may run disjoint sets of ops at once. Values that do
+// not fit an integer output are not an error of Run: Misfits reports
+// them once every op has run.
 func (a *HostAssembly) Run(idx []int32, base int64, from []byte, sc *HostScratch) error {
+	var m MisfitStatus
+	defer a.merge(&m)
 	for _, i := range idx {
 		if i < 0 || int(i) >= len(a.ops) {
 			return fmt.Errorf("ptx: op %d of %d: %w", i, len(a.ops), ErrInvalid)
@@ -129,19 +157,40 @@ func (a *HostAssembly) Run(idx []int32, base int64, from []byte, sc *HostScratch
 			local.chunk = from[at : at+int64(len(h.chunk))]
 			h = &local
 		}
-		h.run(a.out, a.dtype, 0, h.elems, sc)
+		h.run(a.out, a.dtype, 0, h.elems, sc, &m)
 	}
 	return nil
 }
 
+// Misfits returns the status of the values that did not fit an integer
+// output in the ops run so far: once every op has run, what the kernel
+// reports for the same ops, field for field (see MisfitStatus.Err).
+func (a *HostAssembly) Misfits() MisfitStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.misfits
+}
+
+func (a *HostAssembly) merge(m *MisfitStatus) {
+	if m.Count == 0 {
+		return
+	}
+	a.mu.Lock()
+	a.misfits.merge(m)
+	a.mu.Unlock()
+}
+
 // hostOp is a validated op with the constants the kernel computes per block.
 type hostOp struct {
-	op      *Op
-	rank    int
-	elems   int64
-	ostride [MaxRank]int64 // output element strides within a sample
-	dst     int64          // output element index of the box's first element
-	src     int64          // chunk element index of the box's first element
+	op    *Op
+	rank  int
+	elems int64
+	// ostride holds the output element strides within a sample per axis
+	// of the box: C-order strides, permuted and negated by a transform.
+	ostride [MaxRank]int64
+	sample  int64 // output element index of the sample's first element
+	dst     int64 // output element index of the box's first element
+	src     int64 // chunk element index of the box's first element
 	chunk   []byte
 	size    int64 // source item size
 	// Blosc geometry of a shuffled source, as in the kernel's op_ctx.
@@ -150,34 +199,65 @@ type hostOp struct {
 	nFull, nLast        int64
 	whole               bool
 	// direct: rows of unshuffled little-endian 8- or 16-bit integers,
-	// contiguous in the chunk, converted in one pass as row kind kind.
+	// contiguous in the chunk and in the output, converted in one pass as
+	// row kind kind.
 	direct bool
 	kind   rowKind
+	// intensity is the sample's transform when it has an intensity map.
+	intensity *Transform
+	// An integer output: its size and range, and whether values need the
+	// misfit check.
+	integer bool
+	outSize int64
+	lo, hi  int64
+	check   bool
 }
 
-func (h *hostOp) prepare(op *Op, l *Layout, arena []byte) {
+func (h *hostOp) prepare(op *Op, l *Layout, arena []byte, tf *Transform) {
 	h.op = op
 	h.rank = len(l.Shape)
-	stride := int64(1)
-	dst, src, elems := int64(0), int64(0), int64(1)
+	// Output axis d of stride `stride` reads box axis a, backwards when
+	// flipped (from the far end: base).
+	stride, base := int64(1), int64(0)
+	src, elems := int64(0), int64(1)
 	for d := h.rank - 1; d >= 0; d-- {
-		h.ostride[d] = stride
-		dst += int64(op.DstStart[d]) * stride
+		a, flip := d, false
+		if tf != nil {
+			a, flip = int(tf.Perm[d]), tf.Flips>>d&1 != 0
+		}
+		h.ostride[a] = stride
+		if flip {
+			h.ostride[a] = -stride
+			base += int64(l.Shape[d]-1) * stride
+		}
 		src += int64(op.SrcStart[d]) * int64(op.SrcStride[d])
 		elems *= int64(op.Extent[d])
 		stride *= int64(l.Shape[d])
 	}
-	h.dst = int64(op.Sample)*stride + dst
+	dst := base
+	for d := range h.rank {
+		dst += int64(op.DstStart[d]) * h.ostride[d]
+	}
+	h.sample = int64(op.Sample) * stride
+	h.dst = h.sample + dst
 	h.src = src
 	h.elems = elems
+	if tf != nil && tf.Intensity {
+		h.intensity = tf
+	}
+	if l.Dtype.IsInteger() {
+		h.integer, h.outSize = true, int64(l.Dtype.Size())
+		h.lo, h.hi = intRange(l.Dtype)
+		h.check = NeedsCheck(op.SrcDtype, l.Dtype)
+	}
 	if op.SrcDtype == 0 {
 		return
 	}
 	h.size = int64(op.SrcDtype.Size())
 	h.chunk = arena[op.SrcOffset : op.SrcOffset+srcBytes(op, h.rank)]
 	h.kind, h.direct = rowKindOf(op.SrcDtype, l.Dtype)
-	h.direct = h.direct && op.Shuffle == NoShuffle && !op.BigEndian && op.SrcStride[h.rank-1] == 1 &&
-		(h.size == 1 || littleEndianHost())
+	h.direct = h.direct && h.intensity == nil && op.Shuffle == NoShuffle && !op.BigEndian &&
+		op.SrcStride[h.rank-1] == 1 && h.ostride[h.rank-1] == 1 && (h.size == 1 || littleEndianHost())
 	if op.Shuffle != NoShuffle {
 		h.blockSize, h.typeSize = int64(op.BlockSize), int64(op.TypeSize)
 		nbytes := int64(op.NBytes)
@@ -189,8 +269,9 @@ func (h *hostOp) prepare(op *Op, l *Layout, arena []byte) {
 }
 
 // run writes elements [start, start+n) of the op's box, in the box's C
-// order, a row segment at a time.
-func (h *hostOp) run(out []byte, outType Dtype, start, n int64, sc *HostScratch) {
+// order, a row segment at a time, and notes the values that do not fit
+// an integer output in m.
+func (h *hostOp) run(out []byte, outType Dtype, start, n int64, sc *HostScratch, m *MisfitStatus) {
 	op := h.op
 	raw, vals, halves := sc.raw, sc.vals, sc.halves
 	last := h.rank - 1
@@ -212,20 +293,31 @@ func (h *hostOp) run(out []byte, outType Dtype, start, n int64, sc *HostScratch)
 			dst += c[d] * h.ostride[d]
 			src += c[d] * int64(op.SrcStride[d])
 		}
-		v := vals[:seg]
-		if op.SrcDtype == 0 {
-			for i := range v {
-				v[i] = op.Fill
-			}
-		} else {
-			r := raw[:seg]
+		r := raw[:seg]
+		if op.SrcDtype != 0 {
 			h.fetch(r, src, int64(op.SrcStride[last]))
 			if op.BigEndian {
 				swapRow(r, h.size)
 			}
-			castRow(v, r, op.SrcDtype)
 		}
-		writeRow(out, outType, dst, v, halves)
+		if h.integer {
+			h.intRow(out, dst, r, sc.ints[:seg], m)
+		} else {
+			v := vals[:seg]
+			if op.SrcDtype == 0 {
+				for i := range v {
+					v[i] = op.Fill
+				}
+			} else {
+				castRow(v, r, op.SrcDtype)
+			}
+			if h.intensity != nil {
+				for i, x := range v {
+					v[i] = h.intensity.mapBits(x)
+				}
+			}
+			writeRow(out, outType, dst, h.ostride[last], v, halves)
+		}
 		n -= seg
 		c[last] += seg
 		for d := last; d > 0 && c[d] == int64(op.Extent[d]); d-- {
@@ -233,6 +325,29 @@ func (h *hostOp) run(out []byte, outType Dtype, start, n int64, sc *HostScratch)
 			c[d-1]++
 		}
 	}
+}
+
+// intRow writes a row segment of an integer output from output element
+// dst on: the fill, or the fetched value bits raw converted (ints is
+// scratch), noting misfits in m.
+func (h *hostOp) intRow(out []byte, dst int64, raw []uint64, ints []int64, m *MisfitStatus) {
+	op := h.op
+	step := h.ostride[h.rank-1]
+	if op.SrcDtype == 0 {
+		x := fillInt(op.Fill)
+		for i := range ints {
+			ints[i] = x
+		}
+	} else {
+		for i, v := range raw {
+			x, ok := intValue(op.SrcDtype, v)
+			if h.check && (!ok || x < h.lo || x > h.hi) {
+				m.note(op.Sample, dst+int64(i)*step-h.sample, op.SrcDtype, v)
+			}
+			ints[i] = x
+		}
+	}
+	writeInts(out, h.outSize, dst, step, ints)
 }
 
 // runDirect writes n elements of a direct op from box coordinates c on,
@@ -252,8 +367,9 @@ func (h *hostOp) runDirect(out []byte, c *[MaxRank]int64, n int64) {
 	for n > 0 {
 		// The rest of the current row; or, from a row's start, whole rows
 		// up to the end of the next dimension, in one call. The slices
-		// span the block, from its first row's start to its last row's
-		// end, which checks its bounds. The chunk's elements are read in
+		// span the block, from its lowest row's start to its highest
+		// row's end (a transform may order the output rows backwards),
+		// which checks its bounds. The chunk's elements are read in
 		// place: aligned to their size (chunks start 256-aligned).
 		d, seg, rows := last, min(ext-c[last], n), int64(1)
 		step := seg
@@ -264,7 +380,12 @@ func (h *hostOp) runDirect(out []byte, c *[MaxRank]int64, n int64) {
 			step = rows
 			ds, ss = h.ostride[d], int64(op.SrcStride[d])
 		}
-		convertRows(h.kind, unsafe.Pointer(unsafe.SliceData(out[osz*dst:osz*(dst+(rows-1)*ds+seg)])),
+		lo, hi := dst, dst+(rows-1)*ds
+		if hi < lo {
+			lo, hi = hi, lo
+		}
+		block := out[osz*lo : osz*(hi+seg)]
+		convertRows(h.kind, unsafe.Add(unsafe.Pointer(unsafe.SliceData(block)), osz*(dst-lo)),
 			unsafe.Pointer(unsafe.SliceData(h.chunk[isz*src:isz*(src+(rows-1)*ss+seg)])),
 			int(seg), int(rows), int(osz*ds), int(isz*ss))
 		n -= rows * seg
@@ -278,221 +399,4 @@ func (h *hostOp) runDirect(out []byte, c *[MaxRank]int64, n int64) {
 			c[d-1]++
 		}
 	}
-}
-
-// littleEndianHost reports whether the host stores integers little-end
-// first, as the chunks' elements are laid out.
-func littleEndianHost() bool {
-	x := uint16(1)
-	return *(*byte)(unsafe.Pointer(&x)) == 1
-}
-
-// fetch reads the stored bytes of chunk elements e, e+step, ... into raw
-// (byte j of an element in bits 8j..8j+7).
-func (h *hostOp) fetch(raw []uint64, e, step int64) {
-	chunk := h.chunk
-	switch h.op.Shuffle {
-	case ByteShuffle:
-		if !h.whole {
-			for i := range raw {
-				raw[i] = h.byteShuffled(e)
-				e += step
-			}
-			return
-		}
-		// Element e is unit i of block b; walk b and i along the row
-		// instead of dividing for every element.
-		b := e / h.nFull
-		i := e - b*h.nFull
-		for k := range raw {
-			n := h.nFull
-			if b == h.lastBlock {
-				n = h.nLast
-			}
-			at := b*h.blockSize + i
-			var v uint64
-			for j := range h.size {
-				v |= uint64(chunk[at+j*n]) << (8 * j)
-			}
-			raw[k] = v
-			if i += step; i >= h.nFull {
-				b += i / h.nFull
-				i %= h.nFull
-			}
-		}
-	case BitShuffle:
-		for i := range raw {
-			raw[i] = h.bitShuffled(e)
-			e += step
-		}
-	default:
-		switch h.size {
-		case 1:
-			for i := range raw {
-				raw[i] = uint64(chunk[e])
-				e += step
-			}
-		case 2:
-			for i := range raw {
-				raw[i] = uint64(binary.LittleEndian.Uint16(chunk[2*e:]))
-				e += step
-			}
-		case 4:
-			for i := range raw {
-				raw[i] = uint64(binary.LittleEndian.Uint32(chunk[4*e:]))
-				e += step
-			}
-		default:
-			for i := range raw {
-				raw[i] = binary.LittleEndian.Uint64(chunk[8*e:])
-				e += step
-			}
-		}
-	}
-}
-
-// plain returns the stored bytes of element e of an unshuffled chunk.
-func (h *hostOp) plain(e int64) uint64 {
-	var v uint64
-	for j := range h.size {
-		v |= uint64(h.chunk[e*h.size+j]) << (8 * j)
-	}
-	return v
-}
-
-// blockOf returns the blosc block holding unshuffled byte p, p's offset
-// within it and the block's length in typesize units.
-func (h *hostOp) blockOf(p int64) (b, o, n int64) {
-	b = p / h.blockSize
-	o = p - b*h.blockSize
-	n = h.nFull
-	if b == h.lastBlock {
-		n = h.nLast
-	}
-	return b, o, n
-}
-
-// byteShuffled returns the stored bytes of element e of a byte-shuffled
-// chunk whose items may straddle typesize units or blocks: within a block
-// of n typesize units, byte k of unit i sits at k*n + i, and the block's
-// trailing bytes stay in place. (fetch walks the common case, typesize =
-// item size, without division.)
-func (h *hostOp) byteShuffled(e int64) uint64 {
-	var v uint64
-	for j := range h.size {
-		p := e*h.size + j
-		b, o, n := h.blockOf(p)
-		if o < n*h.typeSize {
-			i, k := o/h.typeSize, o%h.typeSize
-			p = b*h.blockSize + k*n + i
-		}
-		v |= uint64(h.chunk[p]) << (8 * j)
-	}
-	return v
-}
-
-// bitShuffled returns the stored bytes of element e of a bit-shuffled
-// chunk. A block of n typesize units with n%8 == 0 holds 8*typesize rows
-// of n/8 bytes; row 8k+bit holds bit `bit` of byte k of every unit, unit i
-// at byte i/8, bit i%8. Other blocks, and a block's trailing bytes, are
-// stored as they are.
-func (h *hostOp) bitShuffled(e int64) uint64 {
-	if h.whole {
-		b := e / h.nFull
-		i := e - b*h.nFull
-		n := h.nFull
-		if b == h.lastBlock {
-			n = h.nLast
-		}
-		if n%8 != 0 {
-			return h.plain(e)
-		}
-		row := n / 8
-		at := b*h.blockSize + i/8
-		var v uint64
-		for j := range h.size {
-			v |= uint64(bitGather(h.chunk, at+j*8*row, row, uint(i%8))) << (8 * j)
-		}
-		return v
-	}
-	var v uint64
-	for j := range h.size {
-		p := e*h.size + j
-		b, o, n := h.blockOf(p)
-		var x byte
-		if n%8 != 0 || o >= n*h.typeSize {
-			x = h.chunk[p]
-		} else {
-			i, k := o/h.typeSize, o%h.typeSize
-			row := n / 8
-			x = bitGather(h.chunk, b*h.blockSize+k*8*row+i/8, row, uint(i%8))
-		}
-		v |= uint64(x) << (8 * j)
-	}
-	return v
-}
-
-// bitGather assembles a byte from bit sh of chunk[at], chunk[at+row], ...,
-// chunk[at+7*row] (bit 0 first).
-func bitGather(chunk []byte, at, row int64, sh uint) byte {
-	var x byte
-	for bit := range int64(8) {
-		x |= (chunk[at+bit*row] >> sh & 1) << bit
-	}
-	return x
-}
-
-func swapRow(raw []uint64, size int64) {
-	switch size {
-	case 2:
-		for i, x := range raw {
-			raw[i] = uint64(bits.ReverseBytes16(uint16(x)))
-		}
-	case 4:
-		for i, x := range raw {
-			raw[i] = uint64(bits.ReverseBytes32(uint32(x)))
-		}
-	case 8:
-		for i, x := range raw {
-			raw[i] = bits.ReverseBytes64(x)
-		}
-	}
-}
-
-// castRow converts value bits to float32 bits with Float32Bits, in a loop
-// per type.
-func castRow(v []uint32, raw []uint64, d Dtype) {
-	v = v[:len(raw)]
-	switch d {
-	case Uint8, Uint16:
-		for i, x := range raw {
-			v[i] = math.Float32bits(float32(uint16(x)))
-		}
-	case Int16:
-		for i, x := range raw {
-			v[i] = math.Float32bits(float32(int16(x)))
-		}
-	case Float32:
-		for i, x := range raw {
-			v[i] = uint32(x)
-		}
-	default:
-		for i, x := range raw {
-			v[i] = Float32Bits(d, x)
-		}
-	}
-}
-
-// writeRow stores float32 bits v at output elements dst, dst+1, ... as
-// outType, in host byte order (halves is scratch for bfloat16).
-func writeRow(out []byte, outType Dtype, dst int64, v []uint32, halves []uint16) {
-	if outType == BFloat16 {
-		h := halves[:len(v)]
-		for i, x := range v {
-			h[i] = BFloat16Bits(x)
-		}
-		copy(out[2*dst:], unsafe.Slice((*byte)(unsafe.Pointer(&h[0])), 2*len(h)))
-		return
-	}
-	copy(out[4*dst:], unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
 }

@@ -45,7 +45,7 @@ func TestAssembleHost(t *testing.T) {
 	eachScenario(t, func(t *testing.T, rng *rand.Rand, sc *scenario) {
 		got := poisoned(sc.layout.Bytes())
 		workers := []int{0, 1, 3}[rng.IntN(3)]
-		if err := AssembleHost(got, sc.layout, sc.arena, sc.plan.Ops(), workers); err != nil {
+		if err := AssembleHost(got, sc.layout, sc.arena, sc.plan.Ops(), nil, workers); err != nil {
 			t.Fatal(err)
 		}
 		if d := firstDiff(sc, got); d != "" {
@@ -163,7 +163,7 @@ func TestBloscFixture(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := poisoned(l.Bytes())
-				if err := AssembleHost(got, l, c.Shuffled, p.Ops(), 0); err != nil {
+				if err := AssembleHost(got, l, c.Shuffled, p.Ops(), nil, 0); err != nil {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(got, u32Bytes(want[start:])) {
@@ -233,7 +233,7 @@ func TestPlanSplit(t *testing.T) {
 			}
 		}
 		got := poisoned(sc.layout.Bytes())
-		if err := AssembleHost(got, sc.layout, sc.arena, split.Ops(), 2); err != nil {
+		if err := AssembleHost(got, sc.layout, sc.arena, split.Ops(), nil, 2); err != nil {
 			t.Fatal(err)
 		}
 		if d := firstDiff(sc, got); d != "" {
@@ -311,7 +311,11 @@ func TestLayoutValidate(t *testing.T) {
 		{Layout{1, []int{1}, Float32}, true},
 		{Layout{128, []int{128, 128, 128}, BFloat16}, true},
 		{Layout{1, []int{1, 1, 1, 1, 1, 1, 1, 1}, Float32}, true},
-		{Layout{1, []int{1}, Uint8}, false},
+		{Layout{1, []int{1}, Uint8}, true},
+		{Layout{1, []int{1}, Int64}, true},
+		{Layout{1, []int{1}, Uint64}, false},
+		{Layout{1, []int{1}, Float64}, false},
+		{Layout{1, []int{1}, Bool}, false},
 		{Layout{1, nil, Float32}, false},
 		{Layout{1, []int{1, 1, 1, 1, 1, 1, 1, 1, 1}, Float32}, false},
 		{Layout{0, []int{4}, Float32}, false},
@@ -435,7 +439,7 @@ func TestAssembleHostErrors(t *testing.T) {
 		ops := append([]Op(nil), p.Ops()...)
 		tt.edit(&ops[tt.op])
 		out := poisoned(l.Bytes())
-		err := AssembleHost(out, l, arena, ops, 0)
+		err := AssembleHost(out, l, arena, ops, nil, 0)
 		var opErr *OpError
 		if !errors.As(err, &opErr) || opErr.Op != tt.op || opErr.Field != tt.field {
 			t.Errorf("op %d, %s edited: error %v; want an *OpError on op %d, %s", tt.op, tt.field, err, tt.op, tt.field)
@@ -444,10 +448,10 @@ func TestAssembleHostErrors(t *testing.T) {
 			t.Errorf("op %d, %s edited: output written despite the error", tt.op, tt.field)
 		}
 	}
-	if err := AssembleHost(make([]byte, 10), l, arena, p.Ops(), 0); !errors.Is(err, ErrInvalid) {
+	if err := AssembleHost(make([]byte, 10), l, arena, p.Ops(), nil, 0); !errors.Is(err, ErrInvalid) {
 		t.Errorf("short output: error %v; want ErrInvalid", err)
 	}
-	if err := AssembleHost(poisoned(l.Bytes()), l, arena, p.Ops(), 0); err != nil {
+	if err := AssembleHost(poisoned(l.Bytes()), l, arena, p.Ops(), nil, 0); err != nil {
 		t.Errorf("unedited ops: %v", err)
 	}
 }
@@ -505,7 +509,7 @@ func FuzzAssembleHost(f *testing.F) {
 		copy(OpBytes([]Op{op}), b)
 		op.BigEndian = b[191]&1 != 0 // keep the bool valid
 		out := make([]byte, sc.layout.Bytes())
-		err := AssembleHost(out, sc.layout, sc.arena, []Op{op}, 1)
+		err := AssembleHost(out, sc.layout, sc.arena, []Op{op}, nil, 1)
 		var opErr *OpError
 		if err != nil && !errors.As(err, &opErr) {
 			t.Fatalf("error %v is not an *OpError", err)
@@ -526,7 +530,7 @@ func BenchmarkAssembleHost(b *testing.B) {
 			out := make([]byte, l.Bytes())
 			b.SetBytes(l.Bytes())
 			for b.Loop() {
-				if err := AssembleHost(out, l, arena, plan.Ops(), runtime.GOMAXPROCS(0)); err != nil {
+				if err := AssembleHost(out, l, arena, plan.Ops(), nil, runtime.GOMAXPROCS(0)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -16,7 +16,7 @@ func TestHostAssemblyRun(t *testing.T) {
 		rank := len(sc.layout.Shape)
 		got := poisoned(sc.layout.Bytes())
 		ops := sc.plan.Ops()
-		a, err := NewHostAssembly(got, sc.layout, sc.arena, ops)
+		a, err := NewHostAssembly(got, sc.layout, sc.arena, ops, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

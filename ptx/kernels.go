@@ -77,40 +77,71 @@ func (k *Kernels) Unload() error {
 // assembleParams mirrors kernels.h's struct damacy_assemble_params, the
 // assemble kernel's only parameter.
 type assembleParams struct {
-	_        structs.HostLayout
-	ops      cuda.DevicePtr
-	blockOps cuda.DevicePtr
-	arena    cuda.DevicePtr
-	out      cuda.DevicePtr
-	rank     uint32
-	outDtype uint32
-	shape    [MaxRank]uint32
+	_          structs.HostLayout
+	ops        cuda.DevicePtr
+	blockOps   cuda.DevicePtr
+	arena      cuda.DevicePtr
+	out        cuda.DevicePtr
+	transforms cuda.DevicePtr
+	misfits    cuda.DevicePtr
+	rank       uint32
+	outDtype   uint32
+	shape      [MaxRank]uint32
+}
+
+// AssembleArgs are the device buffers of one assemble launch. All of them
+// must stay untouched until the launch has completed.
+type AssembleArgs struct {
+	// Ops and BlockOps are device copies of the plan's Ops (see OpBytes)
+	// and BlockOps (see BlockOpBytes), 8- and 4-byte aligned.
+	Ops, BlockOps cuda.DevicePtr
+	// Transforms is a device copy of the plan's Transforms (see
+	// TransformBytes), 4-byte aligned; 0 exactly when Transforms is nil.
+	Transforms cuda.DevicePtr
+	// Arena holds ArenaBytes bytes of decoded chunks, 8-byte aligned.
+	Arena      cuda.DevicePtr
+	ArenaBytes int64
+	// Out is the batch tensor of the plan's layout, aligned to its
+	// element size.
+	Out cuda.DevicePtr
+	// Misfits is a zeroed MisfitStatus (MisfitStatusSize bytes, 8-byte
+	// aligned) that the kernel adds the values that do not fit an integer
+	// output to, or 0 for none; it is required when the plan NeedsCheck,
+	// and unused for a float output.
+	Misfits cuda.DevicePtr
 }
 
 // Assemble queues the assemble kernel for plan p on s: one launch of
-// p.Blocks() blocks. ops and blockOps are device copies of p.Ops() (see
-// OpBytes) and p.BlockOps(); arena holds arenaBytes bytes of decoded
-// chunks; out is the batch tensor of p.Layout(). The ops must not overlap
-// in the output. All four buffers must stay untouched until the launch
-// has completed. An empty plan queues nothing.
-func (k *Kernels) Assemble(s cuda.Stream, p *Plan, ops, blockOps, arena cuda.DevicePtr, arenaBytes int64, out cuda.DevicePtr) error {
+// p.Blocks() blocks over the buffers a. The ops must not overlap in the
+// output. An empty plan queues nothing. For an integer output, read the
+// MisfitStatus back after the launch (DecodeMisfitStatus) and fail the
+// batch when it is not zero (MisfitStatus.Err).
+func (k *Kernels) Assemble(s cuda.Stream, p *Plan, a AssembleArgs) error {
 	if k.assemble == 0 {
 		return fmt.Errorf("ptx: assemble on unloaded kernels: %w", ErrInvalid)
 	}
 	if p.Blocks() == 0 {
 		return nil
 	}
-	if p.SourceEnd() > arenaBytes {
-		return fmt.Errorf("ptx: assemble: ops read up to byte %d of an arena of %d: %w", p.SourceEnd(), arenaBytes, ErrInvalid)
+	if p.SourceEnd() > a.ArenaBytes {
+		return fmt.Errorf("ptx: assemble: ops read up to byte %d of an arena of %d: %w", p.SourceEnd(), a.ArenaBytes, ErrInvalid)
+	}
+	if (a.Transforms != 0) != (p.Transforms() != nil) {
+		return fmt.Errorf("ptx: assemble: transform table %v for a plan with %d transforms: %w", a.Transforms, len(p.Transforms()), ErrInvalid)
+	}
+	if a.Misfits == 0 && p.NeedsCheck() {
+		return fmt.Errorf("ptx: assemble: no misfit status for %v output from sources that may not fit it: %w", p.layout.Dtype, ErrInvalid)
 	}
 	// Copy ops read sources with loads of their item size, ops and the
 	// block table with 4- and 8-byte loads.
 	outAlign := cuda.DevicePtr(p.layout.Dtype.Size())
-	if ops == 0 || blockOps == 0 || out == 0 || ops%8 != 0 || blockOps%4 != 0 || arena%8 != 0 || out%outAlign != 0 {
-		return fmt.Errorf("ptx: assemble: misaligned or nil buffer (ops %v, block table %v, arena %v, out %v): %w", ops, blockOps, arena, out, ErrInvalid)
+	if a.Ops == 0 || a.BlockOps == 0 || a.Out == 0 || a.Ops%8 != 0 || a.BlockOps%4 != 0 || a.Arena%8 != 0 ||
+		a.Out%outAlign != 0 || a.Transforms%4 != 0 || a.Misfits%8 != 0 {
+		return fmt.Errorf("ptx: assemble: misaligned or nil buffer (ops %v, block table %v, arena %v, out %v, transforms %v, misfits %v): %w",
+			a.Ops, a.BlockOps, a.Arena, a.Out, a.Transforms, a.Misfits, ErrInvalid)
 	}
-	params := assembleParams{ops: ops, blockOps: blockOps, arena: arena, out: out,
-		rank: uint32(len(p.layout.Shape)), outDtype: uint32(p.layout.Dtype)}
+	params := assembleParams{ops: a.Ops, blockOps: a.BlockOps, arena: a.Arena, out: a.Out,
+		transforms: a.Transforms, misfits: a.Misfits, rank: uint32(len(p.layout.Shape)), outDtype: uint32(p.layout.Dtype)}
 	for d, x := range p.layout.Shape {
 		params.shape[d] = uint32(x)
 	}

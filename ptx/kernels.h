@@ -1,8 +1,8 @@
 // Shared definitions of the assemble, status and LZ4 check kernels. Every
-// struct here is mirrored field for field by a Go struct in ops.go or
-// kernels.go; the
-// static_asserts below pin the layout, and a Go test reads them back and
-// checks the Go side against the same numbers.
+// struct here is mirrored field for field by a Go struct (in ops.go,
+// transform.go, misfit.go or kernels.go); the static_asserts below pin the
+// layout, and a Go test reads them back and checks the Go side against
+// the same numbers.
 #ifndef DAMACY_KERNELS_H
 #define DAMACY_KERNELS_H
 
@@ -24,7 +24,9 @@
 // The status kernel is one block of this many threads.
 #define DAMACY_STATUS_THREADS 1024
 
-// Source element types (Go: Dtype). 0 marks a fill op.
+// Element types (Go: Dtype). 0 marks a fill op. BOOL through FLOAT64 are
+// source types; FLOAT32, BFLOAT16 and the integer types but UINT64 are
+// output types.
 #define DAMACY_FILL 0
 #define DAMACY_BOOL 1
 #define DAMACY_INT8 2
@@ -71,7 +73,8 @@ struct damacy_op {
   // the chunk is not shuffled.
   unsigned int nbytes;
   unsigned int blocksize;
-  // The fill value as float32 bits (fill ops only).
+  // The fill value (fill ops only): float32 bits for a float output; for
+  // an integer output the value's low 32 bits, sign-extended for INT64.
   unsigned int fill;
   unsigned char src_dtype;   // DAMACY_FILL or a source dtype
   unsigned char shuffle;     // DAMACY_NOSHUFFLE, _BYTESHUFFLE, _BITSHUFFLE
@@ -96,14 +99,64 @@ static_assert(offsetof(struct damacy_op, typesize) == 190, "typesize");
 static_assert(offsetof(struct damacy_op, big_endian) == 191, "big_endian");
 static_assert(sizeof(struct damacy_op) == 192, "sizeof damacy_op");
 
-// The assemble kernel's only parameter (Go: AssembleParams).
+// The transform of one sample (Go: Transform). Output element y gets the
+// element x of the untransformed sample with, for every output axis
+// j < rank, x[perm[j]] = y[j], or shape[j]-1-y[j] when bit j of flips is
+// set; shape[perm[j]] == shape[j]. Entries at and beyond the rank are the
+// identity. With intensity set, every float32 value v (fills included)
+// becomes clip(fadd_rn(fmul_rn(v, scale), offset), lo, hi), a NaN result
+// 0x7FC00000, before any bfloat16 rounding (float outputs only).
+struct damacy_transform {
+  unsigned char perm[DAMACY_MAX_RANK];
+  unsigned char flips;
+  unsigned char intensity;
+  unsigned short reserved;  // zero
+  float scale;
+  float offset;
+  float lo;
+  float hi;
+};
+
+static_assert(offsetof(struct damacy_transform, perm) == 0, "perm");
+static_assert(offsetof(struct damacy_transform, flips) == 8, "flips");
+static_assert(offsetof(struct damacy_transform, intensity) == 9, "intensity");
+static_assert(offsetof(struct damacy_transform, reserved) == 10, "reserved");
+static_assert(offsetof(struct damacy_transform, scale) == 12, "scale");
+static_assert(offsetof(struct damacy_transform, offset) == 16, "offset");
+static_assert(offsetof(struct damacy_transform, lo) == 20, "lo");
+static_assert(offsetof(struct damacy_transform, hi) == 24, "hi");
+static_assert(sizeof(struct damacy_transform) == 28, "sizeof damacy_transform");
+
+// What the assemble kernel reports about values that do not fit an
+// integer output (Go: MisfitStatus). All zeros means none; the host zeroes
+// it before the launch.
+struct damacy_misfits {
+  unsigned long long count;  // elements that did not fit
+  // ~(sample << 32 | in-sample output element index) of the first of them
+  // in the batch's order, kept with atomicMax; 0 when none.
+  unsigned long long first;
+  unsigned long long value;  // its source value bits (byte-swapped to host order)
+  unsigned int dtype;        // its source dtype
+  unsigned int lock;         // guards value and dtype; zero outside a launch
+};
+
+static_assert(offsetof(struct damacy_misfits, count) == 0, "count");
+static_assert(offsetof(struct damacy_misfits, first) == 8, "first");
+static_assert(offsetof(struct damacy_misfits, value) == 16, "value");
+static_assert(offsetof(struct damacy_misfits, dtype) == 24, "dtype");
+static_assert(offsetof(struct damacy_misfits, lock) == 28, "lock");
+static_assert(sizeof(struct damacy_misfits) == 32, "sizeof damacy_misfits");
+
+// The assemble kernel's only parameter (Go: assembleParams).
 struct damacy_assemble_params {
-  unsigned long long ops;        // device address of the ops
-  unsigned long long block_ops;  // device address of the block table (one op index per block)
-  unsigned long long arena;      // device address of the wave's decoded chunks
-  unsigned long long out;        // device address of the batch tensor [N, *shape]
-  unsigned int rank;             // sample rank, 1..DAMACY_MAX_RANK
-  unsigned int out_dtype;        // DAMACY_FLOAT32 or DAMACY_BFLOAT16
+  unsigned long long ops;         // device address of the ops
+  unsigned long long block_ops;   // device address of the block table (one op index per block)
+  unsigned long long arena;       // device address of the wave's decoded chunks
+  unsigned long long out;         // device address of the batch tensor [N, *shape]
+  unsigned long long transforms;  // device address of N damacy_transforms; 0: identity for all
+  unsigned long long misfits;     // device address of a damacy_misfits; 0: no misfit check
+  unsigned int rank;              // sample rank, 1..DAMACY_MAX_RANK
+  unsigned int out_dtype;         // an output type
   unsigned int shape[DAMACY_MAX_RANK];  // sample shape; zero beyond rank
 };
 
@@ -111,10 +164,12 @@ static_assert(offsetof(struct damacy_assemble_params, ops) == 0, "ops");
 static_assert(offsetof(struct damacy_assemble_params, block_ops) == 8, "block_ops");
 static_assert(offsetof(struct damacy_assemble_params, arena) == 16, "arena");
 static_assert(offsetof(struct damacy_assemble_params, out) == 24, "out");
-static_assert(offsetof(struct damacy_assemble_params, rank) == 32, "rank");
-static_assert(offsetof(struct damacy_assemble_params, out_dtype) == 36, "out_dtype");
-static_assert(offsetof(struct damacy_assemble_params, shape) == 40, "shape");
-static_assert(sizeof(struct damacy_assemble_params) == 72, "sizeof damacy_assemble_params");
+static_assert(offsetof(struct damacy_assemble_params, transforms) == 32, "transforms");
+static_assert(offsetof(struct damacy_assemble_params, misfits) == 40, "misfits");
+static_assert(offsetof(struct damacy_assemble_params, rank) == 48, "rank");
+static_assert(offsetof(struct damacy_assemble_params, out_dtype) == 52, "out_dtype");
+static_assert(offsetof(struct damacy_assemble_params, shape) == 56, "shape");
+static_assert(sizeof(struct damacy_assemble_params) == 88, "sizeof damacy_assemble_params");
 
 // The status kernel's result (Go: StatusSummary): how many chunks of the
 // wave failed, and the first of them.

@@ -22,8 +22,16 @@ var cStructs = []struct {
 		"blocksize": "BlockSize", "fill": "Fill", "src_dtype": "SrcDtype",
 		"shuffle": "Shuffle", "typesize": "TypeSize", "big_endian": "BigEndian",
 	}},
+	{"damacy_transform", reflect.TypeFor[Transform](), map[string]string{
+		"perm": "Perm", "flips": "Flips", "intensity": "Intensity", "reserved": "_",
+		"scale": "Scale", "offset": "Offset", "lo": "Lo", "hi": "Hi",
+	}},
+	{"damacy_misfits", reflect.TypeFor[MisfitStatus](), map[string]string{
+		"count": "Count", "first": "First", "value": "Value", "dtype": "Src", "lock": "_",
+	}},
 	{"damacy_assemble_params", reflect.TypeFor[assembleParams](), map[string]string{
 		"ops": "ops", "block_ops": "blockOps", "arena": "arena", "out": "out",
+		"transforms": "transforms", "misfits": "misfits",
 		"rank": "rank", "out_dtype": "outDtype", "shape": "shape",
 	}},
 	{"damacy_status_summary", reflect.TypeFor[StatusSummary](), map[string]string{
@@ -50,7 +58,7 @@ func TestStructLayout(t *testing.T) {
 	}
 	offsetRE := regexp.MustCompile(`static_assert\(offsetof\(struct (\w+), (\w+)\) == (\d+),`)
 	sizeRE := regexp.MustCompile(`static_assert\(sizeof\(struct (\w+)\) == (\d+),`)
-	fieldRE := regexp.MustCompile(`(?m)^\s+(?:unsigned )?(?:long long|int|char)\s+(\w+)(?:\[DAMACY_MAX_RANK\])?;`)
+	fieldRE := regexp.MustCompile(`(?m)^\s+(?:unsigned )?(?:long long|int|short|char|float)\s+(\w+)(?:\[DAMACY_MAX_RANK\])?;`)
 	bodyRE := regexp.MustCompile(`(?s)struct (\w+) \{(.*?)\n\};`)
 
 	offsets := map[string]map[string]uintptr{}

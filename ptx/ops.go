@@ -53,7 +53,8 @@ func (e *OpError) Error() string {
 func (e *OpError) Unwrap() error { return ErrInvalid }
 
 // A Layout describes a batch tensor: Samples samples of Shape each, C
-// order, elements of type Dtype (Float32 or BFloat16) in host byte order.
+// order, elements of type Dtype in host byte order: Float32 or BFloat16,
+// or an integer type other than Uint64 for labels (see IntBits).
 type Layout struct {
 	Samples int
 	Shape   []int // rank 1..MaxRank, every extent >= 1, fewer than 2^32 elements
@@ -63,7 +64,7 @@ type Layout struct {
 // Validate reports whether the kernels can write l.
 func (l Layout) Validate() error {
 	if !l.Dtype.IsOutput() {
-		return fmt.Errorf("ptx: layout: output dtype %v is not float32 or bfloat16: %w", l.Dtype, ErrInvalid)
+		return fmt.Errorf("ptx: layout: output dtype %v is not float32, bfloat16 or an integer type other than uint64: %w", l.Dtype, ErrInvalid)
 	}
 	if len(l.Shape) < 1 || len(l.Shape) > MaxRank {
 		return fmt.Errorf("ptx: layout: rank %d is outside 1..%d: %w", len(l.Shape), MaxRank, ErrInvalid)
@@ -127,7 +128,10 @@ type Op struct {
 	// decoded size and its block size. Zero when not shuffled.
 	NBytes    uint32
 	BlockSize uint32
-	// Fill is the fill value as float32 bits (fill ops only).
+	// Fill is the fill value (fill ops only): float32 bits for a float
+	// output; for an integer output the value's low 32 bits, which an
+	// Int64 output sign-extends, so that an Int64 output's fills lie in
+	// the int32 range. FillFor converts an array's fill value.
 	Fill uint32
 	// SrcDtype is the source type, or 0 for a fill op.
 	SrcDtype Dtype
@@ -248,8 +252,10 @@ type Plan struct {
 	layout     Layout
 	ops        []Op
 	blockOps   []uint32
+	transforms []Transform // one per sample, or none while every one is the identity
 	srcEnd     int64
 	maxOpElems int64
+	needsCheck bool // some copy op's source type needs the misfit check
 }
 
 // NewPlan returns an empty plan for a batch of the given layout.
@@ -284,20 +290,33 @@ func (p *Plan) Blocks() int { return len(p.blockOps) }
 // arena must be at least this long.
 func (p *Plan) SourceEnd() int64 { return p.srcEnd }
 
-// Reset empties the plan, keeping its layout and its memory.
+// NeedsCheck reports whether some copy op of the plan reads a source type
+// whose values may not fit the integer output type (see NeedsCheck): its
+// launch must then be given a MisfitStatus.
+func (p *Plan) NeedsCheck() bool { return p.needsCheck }
+
+// Reset empties the plan, its transforms included, keeping its layout and
+// its memory.
 func (p *Plan) Reset() {
 	p.ops = p.ops[:0]
 	p.blockOps = p.blockOps[:0]
+	p.transforms = p.transforms[:0]
 	p.srcEnd = 0
+	p.needsCheck = false
 }
 
 // Fill adds a fill op: the box at start with the given extents in sample
-// gets the float32 bits fill (see Float32Bits). A box with a zero extent
-// adds nothing. On error the plan is unchanged.
+// gets the value fill, in Op.Fill's encoding: float32 bits (see
+// Float32Bits) for a float output; for an integer output, a value of the
+// output type's range as its low 32 bits (see FillFor), or an error. A box
+// with a zero extent adds nothing. On error the plan is unchanged.
 func (p *Plan) Fill(sample int, start, extent []int, fill uint32) error {
 	var op Op
 	if err := p.setBox(&op, sample, start, extent); err != nil {
 		return err
+	}
+	if !fillFits(p.layout.Dtype, fill) {
+		return &OpError{-1, "Fill", fmt.Sprintf("fill %#x is not a %v", fill, p.layout.Dtype)}
 	}
 	op.Fill = fill
 	return p.push(op)
@@ -321,6 +340,7 @@ func (p *Plan) Copy(sample int, start, extent []int, src *Source, srcStart []int
 		return err
 	}
 	p.srcEnd = max(p.srcEnd, src.Offset+src.Bytes())
+	p.needsCheck = p.needsCheck || NeedsCheck(src.Dtype, p.layout.Dtype)
 	return nil
 }
 
@@ -466,6 +486,9 @@ func validateOp(op *Op, i int, l *Layout, arenaLen int64) error {
 		if op.SrcOffset != 0 || op.SrcStart != [MaxRank]uint32{} || op.SrcShape != [MaxRank]uint32{} || op.SrcStride != [MaxRank]uint32{} ||
 			op.NBytes != 0 || op.BlockSize != 0 || op.Shuffle != NoShuffle || op.TypeSize != 0 || op.BigEndian {
 			return &OpError{i, "SrcDtype", "fill op with source fields set"}
+		}
+		if !fillFits(l.Dtype, op.Fill) {
+			return &OpError{i, "Fill", fmt.Sprintf("fill %#x is not a %v", op.Fill, l.Dtype)}
 		}
 		return nil
 	}

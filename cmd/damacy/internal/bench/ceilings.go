@@ -363,7 +363,7 @@ func assembleOnlyCPU(ab *assembleBench) Ceiling {
 	workers := runtime.GOMAXPROCS(0)
 	var aerr error
 	el, reps, err := timeRepeated(func() error {
-		aerr = ptx.AssembleHost(out, l, ab.arena, ab.plan.Ops(), workers)
+		aerr = ptx.AssembleHost(out, l, ab.arena, ab.plan.Ops(), ab.plan.Transforms(), workers)
 		return aerr
 	})
 	if err != nil {

@@ -189,7 +189,7 @@ func assembleOnlyGPU(ab *assembleBench) (c Ceiling, err error) {
 	defer s.Destroy()
 	const count = 20
 	el, err := timeOnStream(s, count, func() error {
-		return k.Assemble(s, ab.plan, ops, blocks, arena, int64(len(ab.arena)), out)
+		return k.Assemble(s, ab.plan, ptx.AssembleArgs{Ops: ops, BlockOps: blocks, Arena: arena, ArenaBytes: int64(len(ab.arena)), Out: out})
 	})
 	if err != nil {
 		return c, err
