@@ -208,8 +208,11 @@ class Engine(abc.ABC):
 class _HostSlot:
     """A memfd slot mapped shared and read-write."""
 
-    def __init__(self, fd: int, size: int) -> None:
+    def __init__(self, fd: int, size: int, what: str) -> None:
         try:
+            held = os.fstat(fd).st_size
+            if held < size:
+                raise ProtocolError(f"{what}: its memfd holds {held} bytes, the batch says {size}")
             self._map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
@@ -250,7 +253,8 @@ class HostEngine(Engine):
                 )
             for i, t in enumerate(tensors):
                 if sent[i]:
-                    fresh = _HostSlot(fds.pop(0), int(hosts[i]["size"]))  # owns the descriptor now
+                    what = f"slot {int(t['slot'])} of tensor {i} ({t.get('name')!r})"
+                    fresh = _HostSlot(fds.pop(0), int(hosts[i]["size"]), what)  # owns the descriptor now
                     with self._lock:
                         old = self._slots.get((i, int(t["slot"])))
                         if old is not None:
