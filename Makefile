@@ -11,11 +11,16 @@ NVCOMP_WHEEL   := nvidia-libnvcomp-cu13==$(NVCOMP_VERSION)
 # the same): built from its Go module into .cache/minio/ by `make minio`.
 MINIO_VERSION ?= v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO_DIR     := $(CURDIR)/.cache/minio
+# fake-gcs-server, a GCS emulator, for the gs:// tests (its version must be
+# zarr/remote/remotetest.FakeGCSVersion): built into .cache/fake-gcs-server/
+# by `make fake-gcs`.
+FAKE_GCS_VERSION ?= v1.54.0
+FAKE_GCS_DIR     := $(CURDIR)/.cache/fake-gcs-server
 # Python used by the cross-check tests; .ci/run creates .venv.
 DAMACY_PYTHON ?= $(if $(wildcard $(CURDIR)/.venv/bin/python),$(CURDIR)/.venv/bin/python,)
 export DAMACY_PYTHON
 
-.PHONY: all build test lint nocgo demo ptx gpu-bins nvcomp-fetch minio bench clean
+.PHONY: all build test lint nocgo demo ptx gpu-bins nvcomp-fetch minio fake-gcs bench clean
 
 all: build
 
@@ -87,6 +92,17 @@ minio:
 	  mkdir -p $(MINIO_DIR) && rm -f $(MINIO_DIR)/VERSION && \
 	  GOBIN=$(MINIO_DIR) CGO_ENABLED=0 $(GO) install -ldflags='-s -w' github.com/minio/minio@$(MINIO_VERSION) && \
 	  echo "$(MINIO_VERSION)" >$(MINIO_DIR)/VERSION; \
+	fi
+
+# Build the pinned fake-gcs-server for the gs:// tests (about a minute); a
+# no-op when .cache/fake-gcs-server/ already holds it.
+fake-gcs:
+	@if [ "$$(cat $(FAKE_GCS_DIR)/VERSION 2>/dev/null)" = "$(FAKE_GCS_VERSION)" ] && [ -x $(FAKE_GCS_DIR)/fake-gcs-server ]; then \
+	  echo "fake-gcs-server $(FAKE_GCS_VERSION) in $(FAKE_GCS_DIR)"; \
+	else \
+	  mkdir -p $(FAKE_GCS_DIR) && rm -f $(FAKE_GCS_DIR)/VERSION && \
+	  GOBIN=$(FAKE_GCS_DIR) CGO_ENABLED=0 $(GO) install -ldflags='-s -w' github.com/fsouza/fake-gcs-server@$(FAKE_GCS_VERSION) && \
+	  echo "$(FAKE_GCS_VERSION)" >$(FAKE_GCS_DIR)/VERSION; \
 	fi
 
 bench:

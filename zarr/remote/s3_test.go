@@ -6,7 +6,9 @@ import (
 	"io/fs"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/remote"
 	"github.com/damacy-go/damacy/zarr/remote/remotetest"
 )
@@ -20,12 +22,7 @@ func TestS3MinIO(t *testing.T) {
 	}
 	// No AWS configuration of the machine may leak in, and nothing but
 	// loopback may be asked for credentials.
-	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	for _, v := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "DAMACY_S3_ENDPOINT", "DAMACY_S3_ANONYMOUS", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"} {
-		t.Setenv(v, "")
-	}
+	isolateAWS(t)
 	leakCheck(t)
 	m := remotetest.StartMinIO(t)
 	m.CreateBucket(t, "private")
@@ -60,7 +57,7 @@ func TestS3MinIO(t *testing.T) {
 	})
 	t.Run("wrong secret", func(t *testing.T) {
 		opts := m.Options()
-		opts.S3.SecretAccessKey = "wrong"
+		opts.S3.SecretAccessKey = secret
 		st, _, o := openStore(t, opts, "s3://private/p")
 		_, err := st.ReadAt("p/d/a", make([]byte, 10), 0)
 		var re *remote.Error
@@ -69,6 +66,33 @@ func TestS3MinIO(t *testing.T) {
 		}
 		if s := o.Stats(); s.Requests != 1 {
 			t.Errorf("%d requests, want 1 (no retries on 403)", s.Requests)
+		}
+	})
+	// What a new user meets first, reading a node's metadata.
+	host := strings.TrimPrefix(m.Endpoint, "http://")
+	wrongKey, wrongSecret, anonymous := m.Options(), m.Options(), m.Options()
+	wrongKey.S3.AccessKeyID = "AKIA" + secret
+	wrongSecret.S3.SecretAccessKey = secret
+	anonymous.S3 = remote.S3Options{Endpoint: m.Endpoint, Anonymous: true}
+	for _, f := range []failure{
+		{name: "no such bucket", uri: "s3://nobucket/x.zarr", opts: m.Options(), is: remote.ErrNoBucket,
+			want: `remote: GET s3://nobucket/x.zarr/zarr.json: 404 Not Found (NoSuchBucket): the bucket "nobucket" does not exist at the S3 endpoint ` + host + ` (from Options.S3.Endpoint)`},
+		{name: "access denied", uri: "s3://private/p/d", opts: anonymous, is: fs.ErrPermission,
+			want: `remote: GET s3://private/p/d/zarr.json: 403 Forbidden (AccessDenied): Access Denied; the request was unsigned (anonymous, as asked); the bucket "private" may not allow anonymous reads of "p/d/zarr.json"`},
+		{name: "signature mismatch", uri: "s3://private/p/d", opts: wrongSecret, is: fs.ErrPermission,
+			want: `remote: GET s3://private/p/d/zarr.json: 403 Forbidden (SignatureDoesNotMatch): The request signature we calculated does not match the signature you provided. Check your key and signing method; the secret access key from Options.S3 (AccessKeyID, SecretAccessKey) does not match its access key ID`},
+		{name: "unknown key ID", uri: "s3://private/p/d", opts: wrongKey, is: fs.ErrPermission,
+			want: `remote: GET s3://private/p/d/zarr.json: 403 Forbidden (InvalidAccessKeyId): The Access Key Id you provided does not exist in our records; the access key ID from Options.S3 (AccessKeyID, SecretAccessKey) is unknown to the S3 endpoint ` + host + ` (from Options.S3.Endpoint)`},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			f.opts.Attempts, f.opts.Backoff, f.attempts = 3, time.Millisecond, 1
+			f.check(t)
+		})
+	}
+	t.Run("missing node", func(t *testing.T) {
+		err := openNode(t, m.Options(), "s3://private/missing.zarr")
+		if want := "zarr: s3://private/missing.zarr: not found: no zarr.json, .zarray or .zgroup"; err.Error() != want || !errors.Is(err, zarr.ErrNotFound) {
+			t.Errorf("err = %v; want %s", err, want)
 		}
 	})
 	t.Run("anonymous", func(t *testing.T) {

@@ -6,13 +6,10 @@ package remotetest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,16 +38,9 @@ const (
 	EnvRequireMinIO = "DAMACY_REQUIRE_MINIO"
 )
 
-// minioBinary finds the MinIO binary once per test process.
-var minioBinary = sync.OnceValue(func() minioFound {
-	path, skip, err := findMinIO()
-	return minioFound{path, skip, err}
-})
-
-type minioFound struct {
-	path, skip string
-	err        error
-}
+// minioBinary finds or builds MinIO once per test process (a probe
+// cached, as internal/testenv does).
+var minioBinary = sync.OnceValue(tool{name: "minio", module: "github.com/minio/minio", version: MinIOVersion, env: EnvMinIO, require: EnvRequireMinIO, target: "minio"}.find)
 
 // MinIOBinary returns the MinIO binary: $DAMACY_MINIO, else
 // .cache/minio/minio at the module's root when its stamp names
@@ -60,75 +50,6 @@ type minioFound struct {
 func MinIOBinary() (path, skip string, err error) {
 	f := minioBinary()
 	return f.path, f.skip, f.err
-}
-
-func findMinIO() (string, string, error) {
-	if p := os.Getenv(EnvMinIO); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", "", fmt.Errorf("remotetest: %s=%s: %w", EnvMinIO, p, err)
-		}
-		return p, "", nil
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		return "", "", err
-	}
-	dir := filepath.Join(root, ".cache", "minio")
-	bin, stamp := filepath.Join(dir, "minio"), filepath.Join(dir, "VERSION")
-	current := func() bool {
-		v, err := os.ReadFile(stamp)
-		_, berr := os.Stat(bin)
-		return err == nil && berr == nil && strings.TrimSpace(string(v)) == MinIOVersion
-	}
-	if current() {
-		return bin, "", nil
-	}
-	if os.Getenv(EnvRequireMinIO) != "1" {
-		return "", fmt.Sprintf("no MinIO %s at %s: run `make minio` (a few minutes), or set %s to a binary, or %s=1 to build it here", MinIOVersion, bin, EnvMinIO, EnvRequireMinIO), nil
-	}
-	// Build it, once across the test processes that want it.
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return "", "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
-		return "", "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if current() {
-		return bin, "", nil
-	}
-	cmd := exec.Command("go", "install", "-ldflags=-s -w", "github.com/minio/minio@"+MinIOVersion)
-	cmd.Env = append(os.Environ(), "GOBIN="+dir, "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("remotetest: building MinIO %s: %v\n%s", MinIOVersion, err, out)
-	}
-	if err := os.WriteFile(stamp, []byte(MinIOVersion+"\n"), 0o666); err != nil {
-		return "", "", err
-	}
-	return bin, "", nil
-}
-
-// moduleRoot is the directory of the go.mod above the working directory.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("remotetest: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // MinIO is a MinIO server of a test, on a loopback port with a data
@@ -170,15 +91,6 @@ func StartMinIO(t testing.TB) *MinIO {
 	}
 	t.Cleanup(func() { m.opener.Close() })
 	return m
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (m *MinIO) start(t testing.TB, bin string) error {
