@@ -95,10 +95,10 @@ def binary() -> str:
 @pytest.fixture(scope="module")
 def stores(binary, tmp_path_factory) -> Path:
     """A directory holding the stores the blocks name: three 64 x 256 x 256
-    uint16 OME-NGFF images."""
+    uint16 OME-NGFF images, the first with a label image "cells" (a fourth)."""
     root = tmp_path_factory.mktemp("docs")
     subprocess.run(
-        [binary, "gen", "--arrays", "3", "--shape", "64,256,256", "smoke", str(root / "gen")],
+        [binary, "gen", "--arrays", "4", "--shape", "64,256,256", "smoke", str(root / "gen")],
         check=True,
         capture_output=True,
     )
@@ -106,6 +106,12 @@ def stores(binary, tmp_path_factory) -> Path:
     os.rename(root / "gen" / "a000", root / "image.zarr")
     os.rename(root / "gen" / "a001", root / "cells" / "cell-1.zarr")
     os.rename(root / "gen" / "a002", root / "cells" / "cell-2.zarr")
+    labels = root / "image.zarr" / "labels"
+    labels.mkdir()
+    (labels / "zarr.json").write_text(
+        '{"zarr_format": 3, "node_type": "group", "attributes": {"ome": {"version": "0.5", "labels": ["cells"]}}}'
+    )
+    os.rename(root / "gen" / "a003", labels / "cells")
     return root
 
 
