@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // Sentinel errors. Every error the pipeline returns is an *Error whose Kind
@@ -44,7 +46,8 @@ type Error struct {
 // segment that an earlier one holds (a wrapper that names the chunk and
 // offset, then the chunk's own error naming them again). Paths below the URI are named relative to it. The
 // URI is left out of the head when the operation or the cause names it
-// (a sample "URI[box]").
+// (a sample "URI[box]"). The secrets of URLs are masked (remote.Redact):
+// a presigned URI's query values, a password.
 func (e *Error) Error() string {
 	msg := "pipeline: " + e.Op
 	cause := e.cause()
@@ -55,7 +58,7 @@ func (e *Error) Error() string {
 	if cause != "" {
 		msg += ": " + cause
 	}
-	return msg
+	return remote.Redact(msg)
 }
 
 // cause is the text of Err that Error shows.
@@ -64,10 +67,13 @@ func (e *Error) cause() string {
 		return ""
 	}
 	said := []string{e.Op, e.Kind.Error()}
+	// An object store names the objects below an http(s):// URI without
+	// its query.
+	bare, _, _ := strings.Cut(e.URI, "?")
 	var kept []string
 	for _, seg := range strings.Split(e.Err.Error(), ": ") {
 		if e.URI != "" {
-			seg = below(seg, e.URI)
+			seg = below(below(seg, e.URI), bare)
 		}
 		switch {
 		case seg == "zarr" || seg == "remote" || seg == "pipeline":

@@ -177,6 +177,22 @@ func TestRemoteMinIO(t *testing.T) {
 	compareRemote(t, cfg, samples, dir, "s3://data/sets/one")
 }
 
+// TestRemoteGCS: the same through gs:// from the GCS emulator.
+func TestRemoteGCS(t *testing.T) {
+	g := remotetest.StartFakeGCS(t)
+	g.CreateBucket(t, "data")
+	dir := t.TempDir()
+	seed := zarrtest.Seed(t)
+	names := writeRemoteCases(t, dir, seed)
+	g.Upload(t, dir, "gs://data/sets/one")
+	cfg := remoteConfig()
+	cfg.Remote.GCS = g.Options().GCS
+	samples := remoteSamples(t, dir, names, cfg.SampleShape, 24, seed)
+	if st := compareRemote(t, cfg, samples, dir, "gs://data/sets/one"); st.RemoteRequests == 0 || st.RemoteRetries != 0 {
+		t.Errorf("stats: %d requests, %d retries", st.RemoteRequests, st.RemoteRetries)
+	}
+}
+
 // TestRemoteHTTP: the same over http:// and https:// from Go's file server.
 func TestRemoteHTTP(t *testing.T) {
 	dir := t.TempDir()
@@ -260,8 +276,8 @@ func TestRemoteFaults(t *testing.T) {
 		c.Remote.Timeout, c.Remote.Attempts = 200*time.Millisecond, 2
 		t0 := time.Now()
 		_, _, err := runBatches(t, c, rebase(samples[:6], dir, srv.URL))
-		if !errors.Is(err, ErrStorage) || !strings.Contains(err.Error(), "deadline") {
-			t.Fatalf("err = %v, want ErrStorage saying the deadline passed", err)
+		if !errors.Is(err, ErrStorage) || !strings.Contains(err.Error(), "sent no response within the response timeout of 200ms (after 2 attempts)") {
+			t.Fatalf("err = %v, want ErrStorage saying the response timeout passed", err)
 		}
 		var pe *Error
 		if errors.As(err, &pe) {
