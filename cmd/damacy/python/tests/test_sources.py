@@ -225,9 +225,8 @@ class SourcesFakeServer(FakeServer):
     def _deliver(self, pop_id: int, batch_id: int, slot: int, samples: List[Dict[str, Any]]) -> None:
         tensors, fds = [], []
         for i, src in enumerate(self.sources()):
-            values = np.stack(
-                [source_values(s["uri"], source_box(src, [tuple(r) for r in s["box"]]), i, src["dtype"]) for s in samples]
-            )
+            boxes = [source_box(src, [tuple(r) for r in s["box"]]) for s in samples]
+            values = np.stack([source_values(s["uri"], box, i, src["dtype"]) for s, box in zip(samples, boxes)])
             per = values[0].nbytes
             size = per * self.config["batch_size"]
             if (i, slot) not in self.tensor_maps:
@@ -310,15 +309,20 @@ def wanted(config: damacy.Config, name: str, first: int, n: int) -> np.ndarray:
     of support.sample's stream."""
     messages = damacy._protocol.hello_config(config)["sources"]
     i = [s["name"] for s in messages].index(name)
-    return np.stack([source_values("mem://a", source_box(messages[i], list(sample(j).aabb)), i, messages[i]["dtype"]) for j in range(first, first + n)])
+    src = messages[i]
+    boxes = [source_box(src, list(sample(j).aabb)) for j in range(first, first + n)]
+    return np.stack([source_values("mem://a", box, i, src["dtype"]) for box in boxes])
+
+
+NO_BUDGETS = {"host_buffer_bytes": 0, "device_buffer_bytes": 0}
 
 
 def test_hello_sends_the_sources(fake_sources):
     with damacy.Pipeline(small(sources=FOUR)) as p:
         hello = fake_sources.last.received[0]
         assert hello["config"]["sources"] == [
-            {"name": "image", "path": "", "label": "", "dtype": "bf16", "host_buffer_bytes": 0, "device_buffer_bytes": 0},
-            {"name": "label", "path": "", "label": "cells", "dtype": "u8", "host_buffer_bytes": 0, "device_buffer_bytes": 0},
+            {"name": "image", "path": "", "label": "", "dtype": "bf16"} | NO_BUDGETS,
+            {"name": "label", "path": "", "label": "cells", "dtype": "u8"} | NO_BUDGETS,
             {
                 "name": "mask",
                 "path": "../mask.zarr",
@@ -501,7 +505,8 @@ def _stub_cuda_scenario() -> None:
 
     def opened(text: str) -> str:
         """The event opened from the handle holding text."""
-        found = [line.split()[-1] for line in calls("cuIpcOpenEventHandle") if line.startswith(f"cuIpcOpenEventHandle {text} ")]
+        prefix = f"cuIpcOpenEventHandle {text} "
+        found = [line.split()[-1] for line in calls("cuIpcOpenEventHandle") if line.startswith(prefix)]
         assert len(found) == 1, (text, found)
         return found[0]
 
@@ -602,7 +607,9 @@ def write_ngff(path: str, data: np.ndarray, axes: List[str], fill: int, chunks, 
         "multiscales": [
             {
                 "axes": [{"name": n, "type": kinds.get(n, "space")} for n in axes],
-                "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0] * len(axes)}]}],
+                "datasets": [
+                    {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0] * len(axes)}]}
+                ],
             }
         ],
     }
@@ -821,7 +828,8 @@ def test_integer_label_tensors(serve_binary, images, dtype):
     """Integer outputs: shape and dtype through the protocol, numpy and
     DLPack (the values are test_integer_label_values')."""
     path = images[1][0]
-    cfg = host_config(batch_size=3, sources=(Source("image", dtype="bf16"), Source("label", label="cells", dtype=dtype)))
+    sources = (Source("image", dtype="bf16"), Source("label", label="cells", dtype=dtype))
+    cfg = host_config(batch_size=3, sources=sources)
     with damacy.Pipeline(cfg) as p:
         p.push([damacy.Sample(path, [(0, 2), (0, 6), (0, 9), (0, 10)])] * 4)
         p.flush()
