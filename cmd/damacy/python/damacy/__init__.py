@@ -49,9 +49,11 @@ from ._errors import (
     StorageError,
     TryAgain,
 )
+from ._loader import Loader
 from ._log import set_log_level
 from ._pipeline import Pipeline
 from ._sample import Sample
+from ._sampler import Draw, ForegroundSampler, GridSampler, Sampler, SamplerArray, UniformSampler
 from ._stats import Metric, Stats
 from ._version import __version__
 
@@ -59,6 +61,13 @@ __all__ = [
     "Pipeline",
     "Config",
     "Sample",
+    "Sampler",
+    "UniformSampler",
+    "ForegroundSampler",
+    "GridSampler",
+    "SamplerArray",
+    "Draw",
+    "Loader",
     "Batch",
     "BatchInfo",
     "Source",
