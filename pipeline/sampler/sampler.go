@@ -13,7 +13,17 @@
 // the sequence is a State{Epoch, Next}; a loop restored from a saved
 // State draws exactly what the uninterrupted one would have.
 //
-// Each Draw carries a pipeline.Sample, ready for Pipeline.Push.
+// Each Draw carries a pipeline.Sample, ready for Pipeline.Push; Samples
+// feeds a pipeline lazily:
+//
+//	s, err := sampler.New(ctx, sampler.Config{Arrays: arrays, Box: []int64{64, 64, 64},
+//		Seed: seed, Rank: rank, World: world, SamplesPerEpoch: 10000})
+//	...
+//	st := sampler.State{Epoch: epoch} // or a saved one: Next = samples consumed
+//	p.PushSeq(s.Samples(st))
+//	p.Flush()
+//
+// The Python client reaches the same samplers through `damacy serve`.
 package sampler
 
 import (
@@ -424,6 +434,17 @@ func (s *Sampler) Seq(st State) iter.Seq[Draw] {
 		for i := st.Next; ; i++ {
 			d, ok := s.At(st.Epoch, i)
 			if !ok || !yield(d) {
+				return
+			}
+		}
+	}
+}
+
+// Samples yields the Samples of Seq(st), for Pipeline.PushSeq.
+func (s *Sampler) Samples(st State) iter.Seq[pipeline.Sample] {
+	return func(yield func(pipeline.Sample) bool) {
+		for d := range s.Seq(st) {
+			if !yield(d.Sample) {
 				return
 			}
 		}

@@ -126,6 +126,16 @@ func TestResume(t *testing.T) {
 		if got := s.Draws(State{Epoch: 2, Next: k}, 7); !reflect.DeepEqual(got, whole[k:min(k+7, int64(len(whole)))]) {
 			t.Fatalf("Draws(2, %d, 7) differ from the uninterrupted run", k)
 		}
+		i := k
+		for smp := range s.Samples(State{Epoch: 2, Next: k}) {
+			if !reflect.DeepEqual(smp, whole[i].Sample) {
+				t.Fatalf("Samples from %d: sample %d = %v, want %v", k, i, smp, whole[i].Sample)
+			}
+			i++
+		}
+		if i != int64(len(whole)) {
+			t.Fatalf("Samples from %d ended at %d, want %d", k, i, len(whole))
+		}
 	}
 	// Infinite: the same draws as the finite sampler up to its padding
 	// (its last draw, index 100, wraps to 0), and on past its end.
