@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // The protocol's log levels (TRACE=0 ... FATAL=5) as slog levels.
@@ -124,7 +126,7 @@ func (h *frameHandler) Enabled(_ context.Context, l slog.Level) bool {
 }
 
 func (h *frameHandler) Handle(_ context.Context, r slog.Record) error {
-	m := logMsg{Op: "log", Level: protoLevel(r.Level), Msg: strings.TrimPrefix(r.Message, "damacy: ")}
+	m := logMsg{Op: "log", Level: protoLevel(r.Level), Msg: remote.Redact(strings.TrimPrefix(r.Message, "damacy: "))}
 	if n := len(h.attrs) + r.NumAttrs(); n > 0 {
 		m.Attrs = make(map[string]any, n)
 		for _, a := range h.attrs {
@@ -140,7 +142,8 @@ func (h *frameHandler) Handle(_ context.Context, r slog.Record) error {
 }
 
 // addAttr adds a to m under prefix, flattening groups as "group.key" and
-// turning values JSON cannot carry as they are into text.
+// turning values JSON cannot carry as they are into text; the secrets of
+// URLs in text are masked.
 func addAttr(m map[string]any, prefix string, a slog.Attr) {
 	v := a.Value.Resolve()
 	if v.Kind() == slog.KindGroup {
@@ -154,7 +157,7 @@ func addAttr(m map[string]any, prefix string, a slog.Attr) {
 	}
 	switch v.Kind() {
 	case slog.KindString:
-		m[prefix+a.Key] = v.String()
+		m[prefix+a.Key] = remote.Redact(v.String())
 	case slog.KindInt64:
 		m[prefix+a.Key] = v.Int64()
 	case slog.KindUint64:
@@ -166,7 +169,7 @@ func addAttr(m map[string]any, prefix string, a slog.Attr) {
 	case slog.KindTime:
 		m[prefix+a.Key] = v.Time().Format(time.RFC3339Nano)
 	default: // durations, errors, anything else
-		m[prefix+a.Key] = fmt.Sprint(v.Any())
+		m[prefix+a.Key] = remote.Redact(fmt.Sprint(v.Any()))
 	}
 }
 

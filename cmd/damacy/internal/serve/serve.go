@@ -24,6 +24,7 @@ import (
 
 	"github.com/damacy-go/damacy/cuda"
 	"github.com/damacy-go/damacy/pipeline"
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // Defaults of Options and the other bounds of a stop.
@@ -348,7 +349,7 @@ func (s *server) reply(id int64, fields map[string]any, fds []int) {
 
 // fail sends an error response for op what; index names a push's sample.
 func (s *server) fail(id int64, what string, err error, index *int) {
-	e := errorMsg{Status: statusOf(err), What: what, Message: err.Error(), Index: index}
+	e := errorMsg{Status: statusOf(err), What: what, Message: remote.Redact(err.Error()), Index: index}
 	s.out.write(map[string]any{"id": id, "ok": false, "error": e}, nil)
 }
 
