@@ -326,6 +326,9 @@ func (s *Sampler) weigh(cfg Config) error {
 	for _, ac := range cfg.Arrays {
 		sum += ac.Weight
 	}
+	if math.IsInf(sum, 0) {
+		return invalid("", "Arrays", "the weights sum to more than the largest float64: scale them down")
+	}
 	s.cum = make([]uint64, len(s.arrays))
 	var acc uint64
 	for i, a := range s.arrays {

@@ -240,6 +240,7 @@ func TestErrors(t *testing.T) {
 		{"box rank", Config{Arrays: []Array{{URI: a}}, Box: []int64{4, 4}}, pipeline.ErrRank, []string{a, "Config.Box", "2 axes"}},
 		{"box zero", Config{Arrays: []Array{{URI: a}}, Box: []int64{4, 0, 4}}, pipeline.ErrInvalid, []string{"Config.Box[1]"}},
 		{"negative weight", Config{Arrays: []Array{{URI: a, Weight: -1}}}, pipeline.ErrInvalid, []string{a, "Config.Arrays[0].Weight"}},
+		{"huge weights", Config{Arrays: []Array{{URI: a, Weight: math.MaxFloat64}, {URI: a, Weight: math.MaxFloat64}}}, pipeline.ErrInvalid, []string{"Config.Arrays", "scale them down"}},
 		{"NaN weight", Config{Arrays: []Array{{URI: a}, {URI: a, Weight: math.NaN()}}}, pipeline.ErrInvalid, []string{"Config.Arrays[1].Weight"}},
 		{"level of an array", Config{Arrays: []Array{{URI: a, Level: 1}}}, pipeline.ErrInvalid, []string{a, "Config.Arrays[0].Level", "plain array"}},
 		{"level out of range", Config{Arrays: []Array{{URI: img, Level: 2}}}, pipeline.ErrInvalid, []string{img, "Config.Arrays[0].Level", "2 levels"}},
