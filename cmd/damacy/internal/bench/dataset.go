@@ -85,18 +85,48 @@ func ensureDataset(ctx context.Context, e Env, d *DatasetSpec, dir string, verbo
 	if s.DiskBytes > 0 {
 		ratio = float64(s.RawBytes) / float64(s.DiskBytes)
 	}
+	images := plural(s.Images, "image")
+	if d.Labels != nil {
+		images += fmt.Sprintf(" with label images %q", d.Labels.Name)
+	}
 	fmt.Fprintf(e.Stderr, "damacy: wrote %s to %s: %s raw, %s on disk (ratio %.2f) in %s (%s/s)\n",
-		plural(s.Images, "image"), dir, base.FormatBytes(s.RawBytes), base.FormatBytes(s.DiskBytes), ratio,
+		images, dir, base.FormatBytes(s.RawBytes), base.FormatBytes(s.DiskBytes), ratio,
 		s.Elapsed.Round(time.Millisecond), base.FormatBytes(int64(float64(s.RawBytes)/max(s.Elapsed.Seconds(), 1e-9))))
 	return s, nil
 }
 
-// genJob is one shard (or unsharded chunk) to generate and write.
+// genJob is one shard (or unsharded chunk) to generate and write: of an
+// image (synth, brightened inside the blobs when it has labels) or of a
+// label image (the blobs painted).
 type genJob struct {
 	arr   *writer.Array
-	synth *writer.Synth
+	synth *writer.Synth // nil for a label block
+	blobs *blobs        // the image's blobs; nil without labels
+	dt    zarr.DataType
 	box   []zarr.Range
 	bytes int
+	space int // voxels of the box's space axes (its mask's size)
+}
+
+// run generates the job's block into buf, its blobs' mask into mask, and
+// writes the block.
+func (j *genJob) run(buf, mask []byte) error {
+	dst := buf[:j.bytes]
+	if j.blobs != nil {
+		mask = mask[:j.space]
+		j.blobs.paint(mask, j.box[len(j.box)-min(len(j.box), 3):])
+	}
+	if j.synth == nil {
+		putLabels(dst, j.dt, mask)
+		return j.arr.WriteRegion(j.box, dst)
+	}
+	if err := j.synth.Fill(dst, j.box); err != nil {
+		return err
+	}
+	if j.blobs != nil {
+		brighten(dst, j.dt, mask)
+	}
+	return j.arr.WriteRegion(j.box, dst)
 }
 
 // genMemoryBudget bounds the block buffers held by the generator's
@@ -110,8 +140,27 @@ func generate(ctx context.Context, e Env, d *DatasetSpec, dir string) (*genSumma
 		return nil, err
 	}
 	var jobs []genJob
+	var labels []*writer.Multiscale
 	var raw int64
-	maxBlock := 0
+	maxBlock, maxMask := 0, 0
+	add := func(j genJob, a *writer.Array) {
+		size := j.dt.Size()
+		for _, box := range a.Blocks() {
+			j.box, j.bytes, j.space = box, size, 1
+			for k, r := range box {
+				j.bytes *= int(r.Len())
+				if k >= len(box)-min(len(box), 3) {
+					j.space *= int(r.Len())
+				}
+			}
+			jobs = append(jobs, j)
+			raw += int64(j.bytes)
+			maxBlock = max(maxBlock, j.bytes)
+			if j.blobs != nil {
+				maxMask = max(maxMask, j.space)
+			}
+		}
+	}
 	for i := range d.Arrays {
 		spec, err := d.arraySpec(i)
 		if err != nil {
@@ -125,25 +174,30 @@ func generate(ctx context.Context, e Env, d *DatasetSpec, dir string) (*genSumma
 			}
 			return nil, err
 		}
-		a := m.Level(0)
+		seed := d.Seed + uint64(i)*0x9E3779B97F4A7C15
 		synth := &writer.Synth{
-			Seed:           d.Seed + uint64(i)*0x9E3779B97F4A7C15,
+			Seed:           seed,
 			DataType:       spec.Array.DataType,
 			Shape:          spec.Array.Shape,
 			RandomFraction: d.Entropy,
 		}
-		size := spec.Array.DataType.Size()
-		for _, box := range a.Blocks() {
-			n := size
-			for _, r := range box {
-				n *= int(r.Len())
+		var bl *blobs
+		if d.Labels != nil {
+			bl = newBlobs(d.labelShape(), d.Labels.Foreground, seed)
+			lspec, err := d.labelSpec()
+			if err != nil {
+				return nil, err
 			}
-			jobs = append(jobs, genJob{arr: a, synth: synth, box: box, bytes: n})
-			raw += int64(n)
-			maxBlock = max(maxBlock, n)
+			lm, err := writer.CreateNGFF(labelDir(filepath.Join(dir, ArrayName(i)), d.Labels.Name), lspec)
+			if err != nil {
+				return nil, fieldErr("dataset.labels", "%v", err)
+			}
+			labels = append(labels, lm)
+			add(genJob{arr: lm.Level(0), blobs: bl, dt: lspec.Array.DataType}, lm.Level(0))
 		}
+		add(genJob{arr: m.Level(0), synth: synth, blobs: bl, dt: spec.Array.DataType}, m.Level(0))
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(jobs), max(1, genMemoryBudget/max(maxBlock, 1)))
+	workers := min(runtime.GOMAXPROCS(0), len(jobs), max(1, genMemoryBudget/max(maxBlock+maxMask, 1)))
 	prog := startProgress(e, "generating", "B", raw)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -151,19 +205,14 @@ func generate(ctx context.Context, e Env, d *DatasetSpec, dir string) (*genSumma
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			buf := make([]byte, maxBlock)
+			buf, mask := make([]byte, maxBlock), make([]byte, maxMask)
 			for ctx.Err() == nil {
 				k := int(next.Add(1) - 1)
 				if k >= len(jobs) {
 					return
 				}
 				j := &jobs[k]
-				dst := buf[:j.bytes]
-				if err := j.synth.Fill(dst, j.box); err != nil {
-					cancel(err)
-					return
-				}
-				if err := j.arr.WriteRegion(j.box, dst); err != nil {
+				if err := j.run(buf, mask); err != nil {
 					cancel(err)
 					return
 				}
@@ -172,10 +221,22 @@ func generate(ctx context.Context, e Env, d *DatasetSpec, dir string) (*genSumma
 		})
 	}
 	wg.Wait()
-	elapsed := prog.finish()
 	if ctx.Err() != nil {
+		prog.finish()
 		return nil, context.Cause(ctx)
 	}
+	// The label images' coarser levels, and their OME-NGFF label metadata.
+	for i, lm := range labels {
+		if err := lm.Downsample(ctx, runtime.GOMAXPROCS(0)); err != nil {
+			prog.finish()
+			return nil, err
+		}
+		if err := markLabelImage(filepath.Join(dir, ArrayName(i)), d.Labels.Name); err != nil {
+			prog.finish()
+			return nil, err
+		}
+	}
+	elapsed := prog.finish()
 	disk, err := diskBytes(dir)
 	if err != nil {
 		return nil, err

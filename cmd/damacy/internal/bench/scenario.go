@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,14 +49,29 @@ errors, and every value is checked; a message names the field at fault.
       "entropy": 0.5,                fraction of voxels drawn uniformly at
                                      random; the others are 0 (damacy's
                                      generator)
-      "seed": 1                      data seed: same seed, same bytes
+      "seed": 1,                     data seed: same seed, same bytes
+      "labels": {                    optional: an OME-NGFF label image
+                                     beside each image, at labels/<name>
+        "name": "cells",             the label image's name
+        "dtype": "uint8",            an integer zarr data type
+        "chunk": [32, 64, 64],       over the image's space axes (the last
+        "shard": [256, 256, 512],    2 or 3); omitted: the image's
+        "codec": "zstd",             one codec of dataset.codec's list
+        "level": 3,                  its level (0: the codec's default)
+        "foreground": 0.05           the share of voxels in blobs: random
+                                     ellipsoids of label values 1, 2, 3
+                                     over 0; the image is brighter inside
+                                     them; coarser levels, down to about
+                                     1 Mi voxels, take every other voxel
+      }
     },
     "run": {
       "batch_size": 128,             samples per batch
       "sample_shape": [128,128,128], box extent per axis
       "batches": 100,                measured batches
       "warmup": 10,                  batches popped before the stats reset
-      "dtype": "f32",                output: f32 or bf16
+      "dtype": "f32",                output: f32 or bf16 (with sources:
+                                     omit it, or give sources[0]'s)
       "lookahead_batches": 4,        batches planned ahead (2..64); damacy's
                                      lookahead of 512 samples at 128 per
                                      batch is 4
@@ -85,12 +101,49 @@ errors, and every value is checked; a message names the field at fault.
                                      step (--keep)
       "batch_slots": 0,              batch slots (0: the default)
       "engine": "auto",              auto, host, cuda or cuda:N
-      "seed": 1                      box seed: same seed, same boxes
+      "seed": 1,                     box seed: same seed, same boxes
+      "sources": [                   optional: one tensor per source in
+                                     each batch, every one read with the
+                                     sample's box (pipeline.Source)
+        {"name": "image",            the first is the image the boxes
+         "dtype": "bf16"},           are drawn in (f32 or bf16)
+        {"name": "label",
+         "label": "cells",           dataset.labels' image, its axes
+                                     matched to the image's by name
+         "dtype": "u8",              f32, bf16, or u8, i32, i64 (labels)
+         "host_buffer": "768MiB",    this source's staging and decoded-
+         "device_buffer": "512MiB"}  chunk memory (0: run's)
+      ],
+      "sampler": {                   how boxes are drawn (omitted: uniform)
+        "kind": "foreground",        uniform, or foreground: a share of
+                                     the boxes centred on a voxel of the
+                                     label's coarsest level that is not 0
+                                     (package sampler), the rest uniform
+        "fraction": 0.67             that share (0: 0.5)
+      },
+      "augment": {                   optional: pipeline.Augment, axes
+                                     named as the image's (t, c, z, y, x)
+        "seed": 1,                   the draws' seed
+        "flip": [{"axis": "x", "p": 0.5}],
+        "rot90": [{"axes": ["y", "x"], "p": 0.5}],
+        "permute": [{"axes": ["z", "y", "x"], "p": 0.5}],
+        "scale": [0.9, 1.1],         intensity, on float sources: drawn
+        "offset": [-0.1, 0.1],       from these ranges, after
+        "mean": 16384, "std": 21000, normalisation by (v - mean) / std,
+        "clip": [-3, 3],             then clipped
+        "intensity_sources": ["image"]   the sources it applies to
+                                     (omitted: the first)
+      },
+      "compare": false               measure the comparisons (--compare):
+                                     the same boxes without augment, and
+                                     one pipeline per source in lockstep
     }
   }
 
 Boxes: each sample's array and its in-bounds origin are drawn uniformly at
-random from the box seed, so the same seed reads the same boxes.`
+random from the box seed, so the same seed reads the same boxes; with the
+foreground sampler, the share of boxes centred on foreground is drawn from
+the same seed.`
 
 // Scenario is a benchmark scenario: a synthetic dataset and how to read it.
 type Scenario struct {
@@ -118,6 +171,8 @@ type DatasetSpec struct {
 	Shuffle string   `json:"shuffle,omitempty"`
 	Entropy float64  `json:"entropy"`
 	Seed    uint64   `json:"seed"`
+	// Labels, when set, adds an OME-NGFF label image to every image.
+	Labels *LabelSpec `json:"labels,omitempty"`
 }
 
 // RunSpec says how a benchmark reads the dataset.
@@ -126,7 +181,7 @@ type RunSpec struct {
 	SampleShape  []int64  `json:"sample_shape"`
 	Batches      int      `json:"batches"`
 	Warmup       int      `json:"warmup"`
-	Dtype        string   `json:"dtype"`
+	Dtype        string   `json:"dtype,omitempty"`
 	Lookahead    int      `json:"lookahead_batches,omitempty"`
 	IOThreads    int      `json:"io_threads,omitempty"`
 	GPUCap       ByteSize `json:"gpu_cap,omitempty"`
@@ -143,6 +198,15 @@ type RunSpec struct {
 
 	// IOConcurrency bounds the requests in flight to a remote dataset.
 	IOConcurrency int `json:"io_concurrency,omitempty"`
+
+	// Sources, when set, gives each batch one tensor per source.
+	Sources []SourceSpec `json:"sources,omitempty"`
+	// Sampler says how boxes are drawn; nil: uniformly.
+	Sampler *SamplerSpec `json:"sampler,omitempty"`
+	// Augment, when set, transforms every sample as it is assembled.
+	Augment *AugmentSpec `json:"augment,omitempty"`
+	// Compare measures the comparisons (see CompareReport) in every run.
+	Compare bool `json:"compare,omitempty"`
 }
 
 // NameList is a JSON string or a list of strings; a single name is a list
@@ -319,8 +383,14 @@ func parseScenario(file string, b []byte) (*Scenario, error) {
 	if top.Run == nil {
 		return nil, &ScenarioError{file, "run", "missing"}
 	}
+	if err := decodeNested(file, "dataset", top.Dataset); err != nil {
+		return nil, err
+	}
 	if err := strictDecode(top.Dataset, &sc.Dataset); err != nil {
 		return nil, jsonFieldError(file, "dataset", top.Dataset, err)
+	}
+	if err := decodeNested(file, "run", top.Run); err != nil {
+		return nil, err
 	}
 	if err := strictDecode(top.Run, &sc.Run); err != nil {
 		return nil, jsonFieldError(file, "run", top.Run, err)
@@ -333,6 +403,70 @@ func parseScenario(file string, b []byte) (*Scenario, error) {
 		return nil, err
 	}
 	return sc, nil
+}
+
+// decodeNested decodes the objects nested in a section (dataset.labels,
+// run.sources[i], run.sampler, run.augment and its lists) on their own,
+// so that an error inside one names it ("run.sources[1].dtype"), not the
+// section. A section that is not an object is left to the section's
+// decoding, which reports it.
+func decodeNested(file, section string, b []byte) error {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) != nil {
+		return nil
+	}
+	one := func(field string, raw json.RawMessage, v any) error {
+		if err := strictDecode(raw, v); err != nil {
+			return jsonFieldError(file, field, raw, err)
+		}
+		return nil
+	}
+	list := func(field string, raw json.RawMessage, each func() any) error {
+		var items []json.RawMessage
+		if json.Unmarshal(raw, &items) != nil {
+			return nil
+		}
+		for i, item := range items {
+			if err := one(fmt.Sprintf("%s[%d]", field, i), item, each()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	switch section {
+	case "dataset":
+		if raw, ok := fields["labels"]; ok {
+			return one("dataset.labels", raw, new(LabelSpec))
+		}
+	case "run":
+		if raw, ok := fields["sources"]; ok {
+			if err := list("run.sources", raw, func() any { return new(SourceSpec) }); err != nil {
+				return err
+			}
+		}
+		if raw, ok := fields["sampler"]; ok {
+			if err := one("run.sampler", raw, new(SamplerSpec)); err != nil {
+				return err
+			}
+		}
+		raw, ok := fields["augment"]
+		if !ok {
+			return nil
+		}
+		var aug map[string]json.RawMessage
+		if json.Unmarshal(raw, &aug) == nil {
+			if err := list("run.augment.flip", aug["flip"], func() any { return new(AxisChance) }); err != nil {
+				return err
+			}
+			for _, k := range []string{"rot90", "permute"} {
+				if err := list("run.augment."+k, aug[k], func() any { return new(AxesChance) }); err != nil {
+					return err
+				}
+			}
+		}
+		return one("run.augment", raw, new(AugmentSpec))
+	}
+	return nil
 }
 
 // strictDecode decodes one JSON value into v, refusing unknown fields and
@@ -395,10 +529,10 @@ func jsonFieldError(file, section string, b []byte, err error) error {
 // which field a custom decoder rejected.
 func probeField(section, key string, raw json.RawMessage) error {
 	var v any
-	switch section + "." + key {
-	case "dataset.dtype", "dataset.codec":
+	switch {
+	case section == "dataset" && (key == "dtype" || key == "codec"):
 		v = new(NameList)
-	case "run.gpu_cap", "run.host_buffer", "run.device_buffer", "run.chunk_cache":
+	case strings.HasPrefix(section, "run") && slices.Contains([]string{"gpu_cap", "host_buffer", "device_buffer", "chunk_cache"}, key):
 		v = new(ByteSize)
 	default:
 		return nil

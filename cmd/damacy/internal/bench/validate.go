@@ -30,9 +30,7 @@ func (sc *Scenario) validate() error {
 	if sc.Name == "" {
 		return fieldErr("name", "missing")
 	}
-	if strings.IndexFunc(sc.Name, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
-	}) >= 0 {
+	if !validName(sc.Name) {
 		return fieldErr("name", "%q: use letters, digits, '-', '_' and '.' only", sc.Name)
 	}
 	if err := sc.Dataset.Validate(); err != nil {
@@ -109,6 +107,9 @@ func (d *DatasetSpec) Validate() error {
 			return err
 		}
 	}
+	if d.Labels != nil {
+		return d.validateLabels()
+	}
 	return nil
 }
 
@@ -128,8 +129,15 @@ func CodecNames() []string {
 // list cycled), or an error naming the field.
 func (d *DatasetSpec) compression(i int) (writer.Compression, error) {
 	k := i % len(d.Codec)
-	field := listField("dataset.codec", d.Codec, k)
-	name := d.Codec[k]
+	anyBlosc := slices.ContainsFunc(d.Codec, func(s string) bool { return strings.HasPrefix(s, "blosc-") })
+	return compressionOf(listField("dataset.codec", d.Codec, k), "dataset.level", d.Codec[k], d.Level, d.Shuffle, anyBlosc)
+}
+
+// compressionOf is the writer's compression for codec name at level with
+// blosc's shuffle, or an error naming field (the codec's), levelField or
+// dataset.shuffle (which may be set when anyBlosc: some array's codec is
+// a blosc one).
+func compressionOf(field, levelField, name string, level int, shuffle string, anyBlosc bool) (writer.Compression, error) {
 	var c writer.Compression
 	switch name {
 	case "none":
@@ -150,7 +158,7 @@ func (d *DatasetSpec) compression(i int) (writer.Compression, error) {
 			return c, fieldErr(field, "%q is not a codec (want one of %s)", name, strings.Join(CodecNames(), ", "))
 		}
 		c.Codec, c.BloscCompressor = writer.Blosc, bc
-		switch d.Shuffle {
+		switch shuffle {
 		case "", "byte":
 			c.Shuffle = blosc.ByteShuffle
 		case "bit":
@@ -158,13 +166,13 @@ func (d *DatasetSpec) compression(i int) (writer.Compression, error) {
 		case "none":
 			c.Shuffle = blosc.NoShuffle
 		default:
-			return c, fieldErr("dataset.shuffle", "%q: want none, byte or bit", d.Shuffle)
+			return c, fieldErr("dataset.shuffle", "%q: want none, byte or bit", shuffle)
 		}
 	}
-	if c.Codec != writer.Blosc && d.Shuffle != "" && !slices.ContainsFunc(d.Codec, func(s string) bool { return strings.HasPrefix(s, "blosc-") }) {
+	if c.Codec != writer.Blosc && shuffle != "" && !anyBlosc {
 		return c, fieldErr("dataset.shuffle", "applies to blosc codecs only (dataset.codec is %q)", name)
 	}
-	c.Level = d.Level
+	c.Level = level
 	lo, hi := 0, 9
 	switch c.Codec {
 	case writer.Zstd:
@@ -175,7 +183,7 @@ func (d *DatasetSpec) compression(i int) (writer.Compression, error) {
 		lo, hi = math.MinInt, math.MaxInt
 	}
 	if c.Level < lo || c.Level > hi {
-		return c, fieldErr("dataset.level", "%d: out of range for %s (%d..%d)", c.Level, name, lo, hi)
+		return c, fieldErr(levelField, "%d: out of range for %s (%d..%d)", c.Level, name, lo, hi)
 	}
 	if c.Codec == writer.NoCompression {
 		c.Level = 0
@@ -269,11 +277,11 @@ func (r *RunSpec) validate(d *DatasetSpec) error {
 	if r.Warmup < 0 {
 		return fieldErr("run.warmup", "%d: must not be negative", r.Warmup)
 	}
-	if r.Dtype == "" {
-		return fieldErr("run.dtype", "missing (want f32 or bf16)")
-	}
-	if _, err := pipeline.ParseDtype(r.Dtype); err != nil {
+	if dt, err := pipeline.ParseDtype(r.Dtype); r.Dtype != "" && (err != nil || dt.IsInteger()) {
 		return fieldErr("run.dtype", "%q: want f32 or bf16", r.Dtype)
+	}
+	if err := r.validateSources(d); err != nil {
+		return err
 	}
 	if r.Lookahead != 0 && (r.Lookahead < 2 || r.Lookahead > 64) {
 		return fieldErr("run.lookahead_batches", "%d: must be in 2..64 (0: the default)", r.Lookahead)
