@@ -135,7 +135,8 @@ func (s *server) describeTensor(i int, t *pipeline.Tensor) (tensorMsg, int, erro
 	if err != nil {
 		return tensorMsg{}, -1, err
 	}
-	m := tensorMsg{Name: t.Name(), Slot: sh.Slot, Shape: info.Shape, Dtype: wireDtype(info.Dtype), NBytes: sh.Bytes}
+	m := tensorMsg{Name: t.Name(), Slot: sh.Slot, Shape: info.Shape, Dtype: wireDtype(info.Dtype), NBytes: sh.Bytes,
+		Transforms: transformsMsg(t.Transforms())}
 	if s.cuda {
 		m.CUDA = &cudaSlot{MemHandle: hex.EncodeToString(sh.Mem.Reserved[:]), Offset: sh.Offset,
 			EventHandle: hex.EncodeToString(sh.Ready.Reserved[:])}

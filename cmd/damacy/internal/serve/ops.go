@@ -120,7 +120,7 @@ func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 	}
 	var unknown []string
 	for k := range raw {
-		if ints[k] == nil && int64s[k] == nil && k != "dtype" && k != "sample_shape" && k != "mapped_file_bytes" && k != "sources" {
+		if ints[k] == nil && int64s[k] == nil && k != "dtype" && k != "sample_shape" && k != "mapped_file_bytes" && k != "sources" && k != "augment" {
 			unknown = append(unknown, k)
 		}
 	}
@@ -162,6 +162,12 @@ func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 			if json.Unmarshal(v, &cfg.SampleShape) != nil {
 				return cfg, bad(k, v, "a list of positive integers")
 			}
+		case k == "augment":
+			a, err := augmentOf(v)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.Augment = a
 		case k == "sources":
 			srcs, err := sourcesOf(v)
 			if err != nil {
@@ -264,7 +270,7 @@ func deviceOf(d *deviceSpec) (string, map[string]any, error) {
 // queued counts towards the batches pops can take.
 func (s *server) push(id int64, req *request) {
 	for i, sp := range req.Samples {
-		smp := pipeline.Sample{URI: sp.URI, Level: sp.Level, Box: make([]pipeline.Range, len(sp.Box))}
+		smp := pipeline.Sample{URI: sp.URI, Level: sp.Level, Seed: sp.Seed, Box: make([]pipeline.Range, len(sp.Box))}
 		var err error
 		for k, r := range sp.Box {
 			if len(r) != 2 {

@@ -174,6 +174,7 @@ type sampleSpec struct {
 	URI   string    `json:"uri"`
 	Box   [][]int64 `json:"box"`
 	Level int       `json:"level"`
+	Seed  uint64    `json:"seed"`
 }
 
 // batchMsg is a popped batch (BATCH in the protocol).
@@ -197,6 +198,9 @@ type tensorMsg struct {
 	CUDA   *cudaSlot `json:"cuda,omitempty"`
 	Host   *hostSlot `json:"host,omitempty"`
 	FDs    int       `json:"fds,omitempty"`
+	// Transforms is each sample's transform as this tensor got it (with
+	// config.augment), else absent.
+	Transforms []transformMsg `json:"transforms,omitempty"`
 }
 
 // cudaSlot is a CUDA batch's slot: its memory, the interprocess event
