@@ -20,6 +20,7 @@ import (
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 var cmdInspect = &command{
@@ -140,7 +141,7 @@ func inspectPath(ctx context.Context, path string) (*inspectResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &inspectResult{Path: path, Node: kind.String()}
+	r := &inspectResult{Path: remote.Redact(path), Node: kind.String()}
 	switch kind {
 	case zarr.NodeArray:
 		a, err := zarr.OpenStore(st, p)

@@ -7,11 +7,14 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // lineHandler writes the pipeline's log records to stderr as the command's
 // own messages: the text (which carries its "damacy:" prefix) and the
-// attributes as key=value, one line each, without time or level.
+// attributes as key=value, one line each, without time or level, the
+// secrets of URLs masked.
 type lineHandler struct {
 	mu    *sync.Mutex
 	w     io.Writer
@@ -46,7 +49,7 @@ func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
 	b.WriteByte('\n')
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, err := io.WriteString(h.w, b.String())
+	_, err := io.WriteString(h.w, remote.Redact(b.String()))
 	return err
 }
 

@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // Exit codes.
@@ -105,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			printCommandHelp(stdout, c)
 			return exitOK
 		case errors.As(err, &ue):
-			fmt.Fprintf(stderr, "damacy %s: %v\nusage: damacy %s\nrun 'damacy help %s' for details\n", c.name, err, c.usage, c.name)
+			fmt.Fprintf(stderr, "damacy %s: %s\nusage: damacy %s\nrun 'damacy help %s' for details\n", c.name, remote.Redact(err.Error()), c.usage, c.name)
 			return exitUsage
 		default:
 			for _, line := range errorLines(err) {
@@ -147,9 +149,10 @@ func runCommand(ctx context.Context, e *env, c *command, args []string) error {
 }
 
 // errorLines splits an error into the lines to print: an errors.Join
-// prints each of its errors on its own line.
+// prints each of its errors on its own line. The secrets of URLs are
+// masked (a presigned URI's query values, a password).
 func errorLines(err error) []string {
-	return strings.Split(err.Error(), "\n")
+	return strings.Split(remote.Redact(err.Error()), "\n")
 }
 
 func printHelp(w io.Writer) {

@@ -12,8 +12,8 @@ import (
 )
 
 // TestRemoteURIs runs inspect and read on the test stores through
-// http:// and s3:// (MinIO, when there is one) and requires the output of
-// the local paths.
+// http://, s3:// (MinIO) and gs:// (the GCS emulator), when there are
+// servers, and requires the output of the local paths.
 func TestRemoteURIs(t *testing.T) {
 	dir := t.TempDir()
 	makeStores(t, dir)
@@ -62,6 +62,16 @@ func TestRemoteURIs(t *testing.T) {
 		}
 	} else {
 		t.Log("s3:// not tried: no MinIO binary (make minio)")
+	}
+	if _, skip, err := remotetest.FakeGCSBinary(); err == nil && skip == "" {
+		g := remotetest.StartFakeGCS(t)
+		g.CreateBucket(t, "cli")
+		g.Upload(t, dir, "gs://cli/stores")
+		t.Setenv("DAMACY_GCS_ENDPOINT", g.Endpoint)
+		t.Setenv("DAMACY_GCS_ANONYMOUS", "1")
+		bases["gs"] = "gs://cli/stores"
+	} else {
+		t.Log("gs:// not tried: no fake-gcs-server binary (make fake-gcs)")
 	}
 	for scheme, base := range bases {
 		t.Run(scheme, func(t *testing.T) {
