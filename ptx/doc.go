@@ -12,8 +12,9 @@
 //
 // A wave's decoded chunks sit in a device arena, each at a byte offset. The
 // assemble kernel gathers them into the batch tensor [N, *shape] of
-// float32 or bfloat16 in one launch per wave. Its work is a list of ops
-// (Op, built with a Plan): each op is a box of one sample, filled either
+// float32, bfloat16 or an integer type in one launch per wave. Its work
+// is a list of ops (Op, built with a Plan): each op is a box of one
+// sample, filled either
 // from the same-shaped box of one chunk (any source dtype, either byte
 // order, any strides, so C order, F order and transposes alike, and
 // blosc byte or bit shuffle undone in place) or with a fill value (missing
@@ -23,7 +24,12 @@
 //
 // Casts follow Go's float32(x) conversion (Float32Bits), and bfloat16
 // rounds to nearest even with every NaN made 0x7FFF (BFloat16Bits), on the
-// host and on the GPU alike.
+// host and on the GPU alike. Label sources may instead be written to an
+// integer output type without float conversion (IntBits); a value that
+// does not fit it is counted into a MisfitStatus, never wrapped. Each
+// sample may carry a Transform (flips, rotations and permutations of
+// equal-extent axes, and on float outputs an intensity map), applied as
+// the sample is written.
 //
 // # Status
 //

@@ -432,14 +432,10 @@ func TestLoadGPU(t *testing.T) {
 		if err := k2.Assemble(0, p, args); !errors.Is(err, ErrInvalid) {
 			return fmt.Errorf("assemble on unloaded kernels: %v", err)
 		}
-		short := args
-		short.ArenaBytes = 15
-		if err := k.Assemble(0, p, short); !errors.Is(err, ErrInvalid) {
+		if err := k.Assemble(0, p, AssembleArgs{Ops: 256, BlockOps: 256, Arena: 256, ArenaBytes: 15, Out: 256}); !errors.Is(err, ErrInvalid) {
 			return fmt.Errorf("assemble beyond the arena: %v", err)
 		}
-		misaligned := args
-		misaligned.Arena = 260
-		if err := k.Assemble(0, p, misaligned); !errors.Is(err, ErrInvalid) {
+		if err := k.Assemble(0, p, AssembleArgs{Ops: 256, BlockOps: 256, Arena: 260, ArenaBytes: 16, Out: 256}); !errors.Is(err, ErrInvalid) {
 			return fmt.Errorf("misaligned arena: %v", err)
 		}
 		if err := k.ReduceStatus(0, 256, 256, 256, 4, 260); !errors.Is(err, ErrInvalid) {

@@ -47,8 +47,34 @@ type scenario struct {
 	layout Layout
 	plan   *Plan
 	arena  []byte
-	want   []byte // expected output, host byte order
+	elems  []srcElem // what each element of the batch holds, untransformed
+	want   []byte    // expected output without transforms, host byte order
 	specs  []chunkSpec
+}
+
+// A srcElem is what one element of a batch is made from: a source value
+// (its type and value bits) or, with dtype 0, a fill op's Op.Fill.
+type srcElem struct {
+	dtype Dtype
+	v     uint64
+}
+
+// float32Bits returns the element as float32 bits.
+func (e srcElem) float32Bits() uint32 {
+	if e.dtype == 0 {
+		return uint32(e.v)
+	}
+	return Float32Bits(e.dtype, e.v)
+}
+
+// intBits returns the element's bits in integer output type out and
+// whether it fits.
+func (e srcElem) intBits(out Dtype) (uint64, bool) {
+	if e.dtype == 0 {
+		b, _ := IntBits(out, Int32, e.v) // the fill's value, sign-extended
+		return b, true
+	}
+	return IntBits(out, e.dtype, e.v)
 }
 
 // sampleOf returns the sample that output byte offset off belongs to.
@@ -72,7 +98,7 @@ func newScenario(rng *rand.Rand, out Dtype, shape []int, specs []chunkSpec) (*sc
 	sc := &scenario{layout: l, plan: plan, specs: specs}
 	rank := len(shape)
 	sampleElems := int(l.SampleElems())
-	want := make([]uint32, l.Samples*sampleElems)
+	want := make([]srcElem, l.Samples*sampleElems)
 	ostride := CStrides(shape)
 	for s, spec := range specs {
 		chunk := make([]int, rank)  // chunk shape
@@ -87,6 +113,9 @@ func newScenario(rng *rand.Rand, out Dtype, shape []int, specs []chunkSpec) (*sc
 			}
 		}
 		fill := newFill(rng)
+		if out.IsInteger() {
+			fill = newIntFill(rng, out)
+		}
 		// Grid cells covering the box.
 		lo, n := make([]int, rank), make([]int, rank)
 		for d := range rank {
@@ -147,11 +176,12 @@ func newScenario(rng *rand.Rand, out Dtype, shape []int, specs []chunkSpec) (*sc
 			}
 		}
 	}
-	sc.want = expectedBytes(want, out)
+	sc.elems = want
+	sc.want = encodeElems(want, out, nil)
 	return sc, nil
 }
 
-func (sc *scenario) addFill(sample int, origin, start, ext []int, fill uint32, want []uint32, ostride []int) error {
+func (sc *scenario) addFill(sample int, origin, start, ext []int, fill uint32, want []srcElem, ostride []int) error {
 	dst := make([]int, len(start))
 	for d := range start {
 		dst[d] = start[d] - origin[d]
@@ -165,14 +195,14 @@ func (sc *scenario) addFill(sample int, origin, start, ext []int, fill uint32, w
 		for d := range p {
 			at += (dst[d] + p[d]) * ostride[d]
 		}
-		want[at] = fill
+		want[at] = srcElem{0, uint64(fill)}
 	}
 	return nil
 }
 
 // addChunk stores a chunk of random values whose grid cell starts at
 // chunkStart (array coordinates), and copies its part [start, start+ext).
-func (sc *scenario) addChunk(rng *rand.Rand, sample int, spec chunkSpec, shape, chunkStart, origin, start, ext []int, want []uint32, ostride []int) error {
+func (sc *scenario) addChunk(rng *rand.Rand, sample int, spec chunkSpec, shape, chunkStart, origin, start, ext []int, want []srcElem, ostride []int) error {
 	rank := len(shape)
 	size := spec.dtype.Size()
 	nelem := 1
@@ -181,7 +211,11 @@ func (sc *scenario) addChunk(rng *rand.Rand, sample int, spec chunkSpec, shape, 
 	}
 	values := make([]uint64, nelem) // logical C order
 	for i := range values {
-		values[i] = newValue(rng, spec.dtype)
+		if out := sc.layout.Dtype; out.IsInteger() {
+			values[i] = newIntValue(rng, spec.dtype, out)
+		} else {
+			values[i] = newValue(rng, spec.dtype)
+		}
 	}
 	var strides []int
 	switch rng.IntN(3) {
@@ -233,7 +267,7 @@ func (sc *scenario) addChunk(rng *rand.Rand, sample int, spec chunkSpec, shape, 
 			at += (dst[d] + p[d]) * ostride[d]
 			logical += (srcStart[d] + p[d]) * cstrides[d]
 		}
-		want[at] = Float32Bits(spec.dtype, values[logical])
+		want[at] = srcElem{spec.dtype, values[logical]}
 	}
 	return nil
 }
@@ -347,6 +381,88 @@ func newValue(rng *rand.Rand, d Dtype) uint64 {
 	}
 }
 
+// newIntValue returns value bits of type d for a batch of integer output
+// type out: mostly values that fit, often the edges of out's and d's
+// ranges and the values just past them, and now and then anything
+// (newValue), so that every kind of misfit occurs.
+func newIntValue(rng *rand.Rand, d, out Dtype) uint64 {
+	if rng.IntN(6) == 0 {
+		return newValue(rng, d)
+	}
+	lo, hi := intRange(out)
+	var x int64
+	switch rng.IntN(4) {
+	case 0:
+		edges := []int64{lo, hi, 0, 1, -1}
+		if lo > math.MinInt64 {
+			edges = append(edges, lo-1)
+		}
+		if hi < math.MaxInt64 {
+			edges = append(edges, hi+1)
+		}
+		x = edges[rng.IntN(len(edges))]
+	case 1:
+		x = lo + rng.Int64N(1000)
+		if hi-lo >= 0 && hi-lo < 1000 { // not Int64, whose span overflows
+			x = lo + rng.Int64N(hi-lo+1)
+		}
+	default:
+		x = rng.Int64N(100) - 20
+	}
+	switch d {
+	case Bool:
+		return uint64(x & 1)
+	case Float16:
+		return uint64(halfOf(float32(x)))
+	case Float32:
+		return uint64(math.Float32bits(float32(x)))
+	case Float64:
+		return math.Float64bits(float64(x))
+	}
+	dlo, dhi := intRange(d)
+	x = min(max(x, dlo), dhi) // d's own edges
+	if d.Size() < 8 {
+		return uint64(x) & (1<<(8*d.Size()) - 1)
+	}
+	return uint64(x)
+}
+
+// halfOf returns the float16 bits of f rounded towards zero (an integer
+// stays an integer), Inf beyond float16's range.
+func halfOf(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	if b&0x7fffffff == 0 {
+		return sign
+	}
+	exp := int(b>>23&0xff) - 127 + 15
+	switch {
+	case exp >= 31:
+		return sign | 0x7c00
+	case exp <= 0:
+		return sign // below 2^-14: no integer but 0 lives there
+	}
+	return sign | uint16(exp)<<10 | uint16(b>>13&0x3ff)
+}
+
+// newIntFill returns an Op.Fill for integer output type out: a value of
+// its range, often an edge (within int32 for Int64).
+func newIntFill(rng *rand.Rand, out Dtype) uint32 {
+	lo, hi := intRange(out)
+	if out == Int64 {
+		lo, hi = math.MinInt32, math.MaxInt32
+	}
+	x := lo + rng.Int64N(min(hi-lo, 1000)+1)
+	if rng.IntN(3) == 0 {
+		x = []int64{lo, hi, 0}[rng.IntN(3)]
+	}
+	fill, err := FillFor(out, Int64, uint64(x))
+	if err != nil {
+		panic(err)
+	}
+	return fill
+}
+
 // newFill returns random float32 bits for a fill value, never all ones.
 func newFill(rng *rand.Rand) uint32 {
 	for {
@@ -374,6 +490,35 @@ func putValue(b []byte, v uint64, bigEndian bool) {
 func appendRandom(rng *rand.Rand, b []byte, n int) []byte {
 	for range n {
 		b = append(b, byte(rng.Uint32()))
+	}
+	return b
+}
+
+// encodeElems returns the output elements of type out that elems become,
+// each through the intensity map of its sample's transform in ts (nil:
+// none).
+func encodeElems(elems []srcElem, out Dtype, ts []Transform) []byte {
+	b := make([]byte, len(elems)*out.Size())
+	per := len(elems)
+	if len(ts) > 0 {
+		per = len(elems) / len(ts)
+	}
+	e := binary.NativeEndian
+	for i, x := range elems {
+		if out.IsInteger() {
+			v, _ := x.intBits(out)
+			putValue(b[i*out.Size():(i+1)*out.Size()], v, !littleEndianHost())
+			continue
+		}
+		f := x.float32Bits()
+		if len(ts) > 0 && ts[i/per].Intensity {
+			f = ts[i/per].mapBits(f)
+		}
+		if out == BFloat16 {
+			e.PutUint16(b[2*i:], BFloat16Bits(f))
+		} else {
+			e.PutUint32(b[4*i:], f)
+		}
 	}
 	return b
 }

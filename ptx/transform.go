@@ -171,13 +171,13 @@ func (t *Transform) MapValue(v float32) float32 {
 func (t *Transform) mapBits(b uint32) uint32 {
 	r := float32(math.Float32frombits(b) * t.Scale)
 	r = float32(r + t.Offset)
+	if r != r {
+		return canonicalNaN
+	}
 	if r < t.Lo {
 		r = t.Lo
 	} else if r > t.Hi {
 		r = t.Hi
-	}
-	if r != r {
-		return canonicalNaN
 	}
 	return math.Float32bits(r)
 }
