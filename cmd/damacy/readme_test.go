@@ -172,6 +172,14 @@ func runShellLine(t *testing.T, cmd string) {
 		if !strings.Contains(out, "minio ") {
 			t.Errorf("make minio printed %q", out)
 		}
+	case "make fake-gcs":
+		if _, err := os.Stat(filepath.Join(repoRoot, ".cache", "fake-gcs-server", "fake-gcs-server")); err != nil {
+			t.Skipf("fake-gcs-server is not built here (%v): `make fake-gcs` would build it from source for a minute; .ci/run runs it before `make test`", err)
+		}
+		out := runMake(t, "fake-gcs")
+		if !strings.Contains(out, "fake-gcs-server ") {
+			t.Errorf("make fake-gcs printed %q", out)
+		}
 	case "make demo":
 		out := runMake(t, "demo")
 		if !strings.Contains(out, "checked:     batch 0 equals the reference reader's output") {

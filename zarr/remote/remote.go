@@ -6,18 +6,31 @@
 // paths, and file:// URIs) to stores.
 //
 // All three schemes share one request layer: a bound on the requests in
-// flight over every store of an Opener, a deadline per attempt (the body
-// included), retries with exponential backoff and full jitter on 5xx, 429,
-// S3's SlowDown, timeouts, connection resets and bodies cut short (a retry
-// asks only for the bytes still missing), and checks that a response is
-// the range asked for: a server that answers a ranged GET with 200 and the
-// whole object is read past the bytes before the range, never taken as the
-// range; one that refuses a suffix range gets a HEAD and an absolute range.
+// flight over every store of an Opener, a connect timeout and a response
+// timeout per attempt (the body included), retries with exponential
+// backoff and full jitter on 5xx, 429, S3's SlowDown, timeouts, refused
+// and reset connections and bodies cut short (a retry asks only for the
+// bytes still missing), and checks that a response is the range asked
+// for: a server that answers a ranged GET with 200 and the whole object
+// is read past the bytes before the range, never taken as the range; one
+// that refuses a suffix range gets a HEAD and an absolute range.
 //
 // A missing object (404) reads as absent (fs.ErrNotExist), so a missing
-// shard or chunk reads as the fill value, as for local files. Every other
-// failure is an *Error naming the object's URI; a 401 or 403 matches
-// fs.ErrPermission and is never retried.
+// shard or chunk reads as the fill value, as for local files; a missing
+// bucket (NoSuchBucket) does not: it is an error matching ErrNoBucket and
+// zarr.ErrNotFound. Every other failure is an *Error naming the object's
+// URI and saying the cause in words that name the server by host:port (a
+// refused connection, an unknown host, an untrusted certificate, which
+// timeout passed and its limit) and, for a 401 or 403 (which match
+// fs.ErrPermission and are never retried), what the request carried and
+// what to check. A URL's query values and password are credentials (a
+// presigned URL's signature, a token): no message shows them (Redact).
+//
+// The tests run against MinIO (s3://) and fake-gcs-server (gs://), built
+// from their pinned modules by package remotetest, and against fault
+// servers for what those do not produce: the emulator checks no
+// credentials, never throttles or fails, and answers a missing bucket with
+// a bare 404 where GCS sends NoSuchBucket (gcs_test.go lists the gaps).
 package remote
 
 import (
