@@ -359,8 +359,8 @@ __device__ __forceinline__ u32 locate_rank(u32 rank, const op_ctx& c, u32 first,
 
 // Reads the stored bytes of this thread's elements from the op's chunk,
 // in host byte order: value bits as Float32Bits and IntBits take them.
-__device__ __forceinline__ void load(const u8* __restrict__ chunk, const op_ctx& c, u32 n,
-                                     const u32 (&src)[EPT], u64 (&raw)[EPT]) {
+__device__ __forceinline__ void load_elems(const u8* __restrict__ chunk, const op_ctx& c, u32 n,
+                                           const u32 (&src)[EPT], u64 (&raw)[EPT]) {
   const u32 size = c.itemsize;
   switch (c.op.shuffle) {
     case DAMACY_BYTESHUFFLE:
@@ -410,7 +410,7 @@ __device__ __forceinline__ void load(const u8* __restrict__ chunk, const op_ctx&
 __device__ __forceinline__ void gather(const damacy_assemble_params& p, const op_ctx& c, u32 n,
                                        const u32 (&src)[EPT], u32 (&bits)[EPT]) {
   u64 raw[EPT];
-  load(reinterpret_cast<const u8*>(p.arena) + c.op.src_offset, c, n, src, raw);
+  load_elems(reinterpret_cast<const u8*>(p.arena) + c.op.src_offset, c, n, src, raw);
   switch (c.op.src_dtype) {
     case DAMACY_BOOL:
       EACH(n, bits[k] = (raw[k] & 0xff) != 0 ? 0x3f800000u : 0u);

@@ -175,7 +175,7 @@ __device__ __noinline__ void assemble_ints(const op_ctx& c, u32 first, u32 rank,
       EACH(n, v[k] = (int)c.op.fill);  // sign-extended for INT64
     } else {
       u64 raw[EPT];
-      load(chunk, c, n, src, raw);
+      load_elems(chunk, c, n, src, raw);
       const u32 bad = to_int(c.op.src_dtype, n, raw, v, lo, hi);
       // Uniform across the block up to the vote, so every lane is there.
       if (misfits != 0 && __any_sync(0xffffffffu, bad != 0)) {
