@@ -126,7 +126,7 @@ func (o *Opener) s3Setup(ctx context.Context) (*s3Clients, error) {
 	} else {
 		u, err := url.Parse(endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("remote: S3 endpoint %q (from %s) is not an http(s) URL", endpoint, source)
+			return nil, fmt.Errorf("remote: S3 endpoint %q (from %s) is not an http(s) URL", Redact(endpoint), source)
 		}
 		c.custom, c.source = u, source
 	}

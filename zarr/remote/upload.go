@@ -29,7 +29,7 @@ const uploadWorkers = 16
 func (o *Opener) Upload(ctx context.Context, dir, dst string, last ...string) error {
 	u, err := url.Parse(dst)
 	if err != nil || !strings.EqualFold(u.Scheme, "s3") || u.Host == "" {
-		return fmt.Errorf("remote: upload to %s: only s3://bucket/path can be written", dst)
+		return fmt.Errorf("remote: upload to %s: only s3://bucket/path can be written", Redact(dst))
 	}
 	late := map[string]bool{}
 	for _, l := range last {
