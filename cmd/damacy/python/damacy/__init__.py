@@ -32,6 +32,7 @@ Quick start::
                 ...  # train step
 """
 
+from ._augment import Augment, Transform
 from ._batch import Batch, BatchInfo, Tensor
 from ._config import Config, Source
 from ._enums import Dtype, Status
@@ -72,6 +73,8 @@ __all__ = [
     "BatchInfo",
     "Source",
     "Tensor",
+    "Augment",
+    "Transform",
     "Metric",
     "Stats",
     "Dtype",

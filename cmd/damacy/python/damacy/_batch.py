@@ -10,6 +10,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _dlpack
+from ._augment import Transform
 from ._engine import CudaEngine, Engine, Lease
 from ._enums import Dtype
 from ._errors import InvalidArgument
@@ -85,11 +86,21 @@ class Batch:
     queued on every stream any of them was exported to.
     """
 
-    def __init__(self, engine: Engine, lease: Lease, names: Sequence[str], infos: Sequence[BatchInfo]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        lease: Lease,
+        names: Sequence[str],
+        infos: Sequence[BatchInfo],
+        transforms: Optional[Sequence[Optional[List[Transform]]]] = None,
+    ) -> None:
         self._engine = engine
         self._lease = lease
         self._names: Tuple[str, ...] = tuple(names)
         self._infos: Tuple[BatchInfo, ...] = tuple(infos)
+        self._transforms: Tuple[Optional[List[Transform]], ...] = (
+            tuple(transforms) if transforms is not None else (None,) * len(self._names)
+        )
         self._info = self._infos[0]
         # Dropping the Batch (release, or garbage collection) drops its hold.
         self._hold = weakref.finalize(self, lease.drop)
@@ -109,6 +120,14 @@ class Batch:
         is released."""
         self._check_live("info")
         return self._info
+
+    @property
+    def transforms(self) -> Optional[List[Transform]]:
+        """With :attr:`Config.augment` (extra): what each sample of the batch
+        got, one :class:`Transform` per sample, as the first tensor's source
+        got it (``batch["label"].transforms`` for another source's); None
+        without augmentation. Readable after the batch is released."""
+        return self._transforms[0]
 
     # The tensors (extra).
 
@@ -311,6 +330,14 @@ class Tensor:
     def dtype(self) -> Dtype:
         """``info.dtype``."""
         return self.info.dtype
+
+    @property
+    def transforms(self) -> Optional[List[Transform]]:
+        """With :attr:`Config.augment`: each sample's :class:`Transform` as
+        this tensor's source got it (its axes, and ``intensity`` only where
+        the intensity map applies to this source); None without
+        augmentation."""
+        return self._batch._transforms[self._index]
 
     def numpy(self) -> np.ndarray:
         """As :meth:`Batch.numpy`, for this tensor: float32, uint8, int32,

@@ -8,6 +8,7 @@ import numbers
 import os
 from typing import Any, Iterable, Mapping, Optional, Tuple, Union
 
+from ._augment import Augment
 from ._enums import Dtype
 
 __all__ = ["Config", "Source"]
@@ -147,6 +148,32 @@ def _sources(value: Any, dtype: Dtype) -> Tuple[Source, ...]:
     return tuple(out)
 
 
+def _augment(value: Any, sources: Tuple[Source, ...], dtype: Dtype) -> Optional[Augment]:
+    """Config.augment, its intensity sources checked against the sources
+    (without sources: one, "image", of dtype)."""
+    augment = Augment.coerce(value)
+    if augment is None:
+        return None
+    dtypes = {s.name: s.dtype for s in sources} if sources else {"image": dtype}
+    for name in augment.intensity_sources:
+        if name not in dtypes:
+            raise ValueError(
+                f"augment.intensity_sources: no source {name!r} (the sources: {', '.join(dtypes)})"
+            )
+        if dtypes[name].is_integer:
+            raise ValueError(
+                f"augment.intensity_sources: source {name!r} has an integer dtype "
+                f"({dtypes[name].wire_name}): intensity transforms are for float sources"
+            )
+    first = next(iter(dtypes))
+    if augment.intensity and not augment.intensity_sources and dtypes[first].is_integer:
+        raise ValueError(
+            f"augment: the first source, {first!r}, has an integer dtype ({dtypes[first].wire_name}): "
+            "name the float sources to transform in intensity_sources"
+        )
+    return augment
+
+
 def _shape(value: Iterable[Any]) -> Tuple[int, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise TypeError(f"sample_shape must be a sequence of ints (got {type(value).__name__})")
@@ -233,6 +260,11 @@ class Config:
             array, of ``dtype``. With sources, each has its own dtype and
             batch slots; ``dtype`` must be F32 (the default) or the first
             source's.
+        augment: Random transforms of every sample (extra): an
+            :class:`Augment` (or a dict of its arguments), or None (the
+            default) for none. Its ``intensity_sources`` must name float
+            sources (empty: the first source, which must then be float when
+            there is an intensity transform).
     """
 
     batch_size: int
@@ -253,6 +285,7 @@ class Config:
     chunk_cache_bytes: int
     mapped_file_bytes: int
     sources: Tuple[Source, ...]
+    augment: Optional[Augment]
 
     def __init__(
         self,
@@ -275,6 +308,7 @@ class Config:
         chunk_cache_bytes: int = 0,
         mapped_file_bytes: int = 0,
         sources: Iterable[Union[Source, Mapping[str, Any]]] = (),
+        augment: Optional[Union[Augment, Mapping[str, Any]]] = None,
     ) -> None:
         values = {
             "batch_size": _int("batch_size", batch_size, 1),
@@ -298,6 +332,7 @@ class Config:
             "mapped_file_bytes": _int("mapped_file_bytes", mapped_file_bytes, -1),
         }
         values["sources"] = _sources(sources, values["dtype"])
+        values["augment"] = _augment(augment, values["sources"], values["dtype"])
         if values["max_bytes_per_element"] not in (0, 1, 2, 4, 8):
             raise ValueError(
                 f"max_bytes_per_element must be 0, 1, 2, 4 or 8 (got {values['max_bytes_per_element']})"

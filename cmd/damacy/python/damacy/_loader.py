@@ -41,9 +41,10 @@ class _Feed:
     """One epoch's draws as the pipeline pulls them: fetched from the
     sampler in blocks, each remembered until its batch comes out."""
 
-    def __init__(self, sampler: Sampler, epoch: int, start: int, end: Optional[int]) -> None:
+    def __init__(self, sampler: Sampler, epoch: int, start: int, end: Optional[int], seeds: bool = False) -> None:
         self.sampler = sampler
         self.epoch = epoch
+        self.seeds = seeds  # give each sample Loader.sample_seed(epoch, index)
         self.pos = start  # the next draw to push
         self.end = end  # None: infinite
         self.pending: Deque[Draw] = collections.deque()  # pushed, not yet in a batch
@@ -60,7 +61,10 @@ class _Feed:
                     return
                 self.pos += 1
                 self.pending.append(d)
-                yield d.sample
+                if self.seeds:
+                    yield dataclasses.replace(d.sample, seed=Loader.sample_seed(self.epoch, d.index))
+                else:
+                    yield d.sample
 
 
 class Loader:
@@ -89,6 +93,15 @@ class Loader:
     epoch) and ``"array"`` (its array's index), and for a grid
     ``"position"`` (each box's start per axis) and ``"window"`` (its window
     index per axis), as int64 tensors (numpy arrays without torch).
+
+    Augmentation: with :attr:`Config.augment`, each sample is pushed with
+    the seed :meth:`sample_seed` ``(epoch, index)`` (its draw's global
+    index in the epoch), so its transform depends on the Augment's seed, the
+    epoch and the draw alone: each epoch transforms differently (a grid's
+    windows included), every rank and every resumed run the same, and the
+    dict also holds ``"transforms"``: the :class:`Transform` of each
+    sample, as the first source got it (``Batch.transforms``; another
+    source gets the same geometric transform on its own axes).
 
     Lifetime: a batch is released when the next one is asked for (after
     the work queued on the current CUDA stream, on the CUDA engine): the
@@ -173,7 +186,7 @@ class Loader:
         end = self._end()
         if end is not None and sampler.next >= end:
             sampler.next = 0  # a finished epoch starts over
-        feed = _Feed(sampler, sampler.epoch, sampler.next, end)
+        feed = _Feed(sampler, sampler.epoch, sampler.next, end, self.pipeline.config.augment is not None)
         self._feed = self._active = feed
         self.pipeline.push(feed)
         if end is not None:
@@ -215,7 +228,17 @@ class Loader:
             meta["window"] = [list(d.window or ()) for d in draws]
         for k, v in meta.items():
             out[k] = np.asarray(v, dtype=np.int64) if torch is None else torch.tensor(v, dtype=torch.int64)
+        if self.pipeline.config.augment is not None:
+            out["transforms"] = batch.transforms
         return out
+
+    @staticmethod
+    def sample_seed(epoch: int, index: int) -> int:
+        """The seed of draw ``index`` of ``epoch`` (its :attr:`Sample.seed`,
+        with :attr:`Config.augment`): ``(epoch << 40 | index) + 1`` modulo
+        2**64: distinct, and never 0, for draws below 2**40 of epochs below
+        2**24."""
+        return ((int(epoch) << 40 | int(index)) + 1) % (1 << 64)
 
     def _drain(self) -> None:
         """Pop and drop what an iteration left early still has in the

@@ -14,7 +14,7 @@ from ._config import Config
 from ._engine import CudaEngine, Engine, HostEngine
 from ._enums import Dtype
 from ._errors import DamacyError, InvalidArgument, ShutdownError, TryAgain
-from ._protocol import VERSION, ProtocolError, batch_tensors, hello_config, sample_message
+from ._protocol import VERSION, ProtocolError, batch_tensors, hello_config, sample_message, tensor_transforms
 from ._sample import Sample
 from ._stats import Stats
 
@@ -436,6 +436,7 @@ class Pipeline:
             dtypes = [Dtype.coerce(str(t["dtype"])) for t in tensors]
             if len(set(names)) != len(names) or any(not shape or shape[0] != n for shape in shapes):
                 raise ProtocolError(f"tensors {names} of shapes {shapes} in a batch of {n} sample(s)")
+            transforms = [tensor_transforms(t, n) for t in tensors]
         except (KeyError, TypeError, ValueError, ProtocolError) as e:
             _server.close_fds(reply.fds)
             raise ShutdownError(f"pop: the server broke the protocol: {e}", what="pop") from None
@@ -452,7 +453,7 @@ class Pipeline:
             BatchInfo(address, shape, dtype, 0, batch_id, event)
             for address, shape, dtype, event in zip(addresses, shapes, dtypes, lease.ready_events)
         ]
-        return Batch(self._engine, lease, names, infos)
+        return Batch(self._engine, lease, names, infos, transforms)
 
     def _abandoned_pop(self, batch: Optional[Batch], error: Optional[BaseException]) -> None:
         """The result of a pop whose caller was interrupted: give the batch

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional
 
+from ._augment import Transform
 from ._config import Config, Source
 from ._sample import Sample
 
@@ -26,6 +27,7 @@ __all__ = [
     "source_message",
     "batch_tensors",
     "sample_message",
+    "tensor_transforms",
 ]
 
 VERSION = 2
@@ -110,6 +112,8 @@ def hello_config(config: Config) -> Dict[str, Any]:
     }
     if config.sources:  # absent: one source, "image", the sample's own array of dtype
         out["sources"] = [source_message(s) for s in config.sources]
+    if config.augment is not None:
+        out["augment"] = config.augment.to_wire()
     return out
 
 
@@ -138,5 +142,27 @@ def batch_tensors(batch: Mapping[str, Any]) -> List[Mapping[str, Any]]:
 
 
 def sample_message(sample: Sample) -> Dict[str, Any]:
-    """A push's form of one sample."""
-    return {"uri": sample.uri, "box": [list(r) for r in sample.aabb], "level": sample.level}
+    """A push's form of one sample (``seed`` only when set: 0 and absent
+    are the same)."""
+    out: Dict[str, Any] = {"uri": sample.uri, "box": [list(r) for r in sample.aabb], "level": sample.level}
+    if sample.seed:
+        out["seed"] = sample.seed
+    return out
+
+
+def tensor_transforms(tensor: Mapping[str, Any], n: int) -> Optional[List[Transform]]:
+    """A TENSOR's ``transforms``: one Transform per sample of a batch of n
+    (each of the tensor's rank), or None without augmentation."""
+    items = tensor.get("transforms")
+    if items is None:
+        return None
+    if not isinstance(items, list) or len(items) != n or not all(isinstance(t, Mapping) for t in items):
+        raise ProtocolError(f"tensor {tensor.get('name')!r}: transforms must be a list of {n} objects: {items!r}")
+    rank = len(tensor.get("shape") or ()) - 1
+    try:
+        out = [Transform.from_wire(t) for t in items]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ProtocolError(f"tensor {tensor.get('name')!r}: a bad transform ({e!r}): {items!r}") from None
+    if any(len(t.perm) != rank for t in out):
+        raise ProtocolError(f"tensor {tensor.get('name')!r} of rank {rank} has transforms {items!r}")
+    return out

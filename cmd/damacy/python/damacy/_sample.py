@@ -92,11 +92,21 @@ class Sample:
     value. ``level`` (extra) picks the multiscale level when ``uri`` names
     an OME-NGFF group; the box is then in that level's voxels. ``uri`` may
     also be an :class:`os.PathLike`; it is stored as a str.
+
+    ``seed`` (extra) selects the sample's transform when the Config has an
+    :class:`Augment` (0 to 2**64 - 1): 0, the default, is the sample's
+    position in push order counted from 1, so give each sample its own
+    seed where the transforms must not depend on the order (a resumed run;
+    :class:`Loader` does):
+
+    >>> Sample("cell.zarr", [(0, 8)], seed=3)
+    Sample(uri='cell.zarr', aabb=((0, 8),), level=0, seed=3)
     """
 
     uri: str
     aabb: Tuple[Tuple[int, int], ...]
     level: int = 0
+    seed: int = 0
 
     def __post_init__(self) -> None:
         uri = self.uri
@@ -117,6 +127,12 @@ class Sample:
             raise TypeError(f"level must be an int (got {type(level).__name__})")
         if level < 0:
             raise ValueError(f"level must be >= 0 (got {level})")
+        seed = self.seed
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise TypeError(f"seed must be an int (got {type(seed).__name__})")
+        if not 0 <= seed < 1 << 64:
+            raise ValueError(f"seed must be in [0, 2**64) (got {seed})")
+        object.__setattr__(self, "seed", int(seed))
         object.__setattr__(self, "uri", uri)
         object.__setattr__(self, "aabb", axes)
         object.__setattr__(self, "level", int(level))
