@@ -12,7 +12,7 @@ import (
 
 var cmdBench = &command{
 	name:  "bench",
-	usage: "bench [--json] [--drop-cache] [--duration D] [--trace FILE] [--profile FILE] [--data DIR|URI] [--boxes-out FILE] [flags] SCENARIO.json",
+	usage: "bench [--json] [--drop-cache] [--duration D] [--compare] [--trace FILE] [--profile FILE] [--data DIR|URI] [--boxes-out FILE] [flags] SCENARIO.json",
 	short: "run a benchmark scenario and report throughput, stages and ceilings",
 	long: `Bench runs a scenario: it generates the dataset if it is absent (as 'damacy
 gen' does), draws the boxes from the run's seed, streams the warm-up
@@ -29,6 +29,9 @@ reports:
                     chunk cache's when the run has one (run.chunk_cache)
   epochs            for a run of several epochs (run.epochs): each epoch's
                     rate and chunk cache hits, epoch 1 against the others
+  sources           for a run of several sources (run.sources: an image
+                    and its label): each tensor's output GB/s; the
+                    throughput counts every tensor's bytes
 
 and then the ceilings, measured in the same run over the same boxes:
 
@@ -64,7 +67,23 @@ the endpoint (credentials and endpoint as for 'damacy read').
 
 Each ceiling is also given as output GB/s (its rate scaled by the run's
 output bytes per byte it handles), and the throughput as a fraction of the
-lowest one.
+lowest one. With several sources the replays and decode-only take every
+source's chunks, and assemble-only every source's batch (with the run's
+transforms) one after the other.
+
+--compare (or run.compare) measures, after the run and before the
+ceilings, over the same boxes, as many batches as the run measured after
+the same warm-up, holding batches as the run held them:
+
+  without augment   the run's pipeline without run.augment: the
+                    augmentation's cost, 100 * (1 - throughput / this)
+  one pipeline per  one pipeline per source, each reading its source alone
+  source            (its array, its axes of the box, its buffers, 1/n of
+                    run.gpu_cap, the same geometric transforms), all at
+                    once, one batch popped from each in turn: the run's
+                    throughput over theirs together
+
+With --verify each comparison's first batches are checked too.
 
 --duration D streams the measured batches for D (say 20m) instead of the
 scenario's count: past the scenario's boxes it draws more from the seed
@@ -99,6 +118,7 @@ Examples:
   damacy bench --drop-cache --json --boxes-out boxes.json throughput
   damacy bench --duration 20m --json throughput > soak.json
   damacy bench epochs
+  damacy bench --verify segmentation
   damacy bench --trace run.json --data /nvme/bench cmd/damacy/internal/bench/scenarios/default.json
   damacy gen throughput s3://bucket/bench/throughput && damacy bench --data s3://bucket/bench/throughput throughput`,
 	setup: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -113,7 +133,8 @@ Examples:
 		fs.BoolVar(&o.Ceilings, "ceilings", true, "measure the ceilings after the run")
 		engine := fs.String("engine", "", "override run.engine: auto, host, cuda or cuda:N")
 		mapped := fs.String("mapped-files", "", "override run.mapped_files: auto, off, or a size")
-		fs.BoolVar(&o.Verify, "verify", false, "check the first batch popped (a warm-up batch when there is one) against the reference reader")
+		fs.BoolVar(&o.Verify, "verify", false, "check the first batch popped (a warm-up batch when there is one), every tensor, against the reference reader")
+		fs.BoolVar(&o.Compare, "compare", false, "measure the comparisons (run.compare): the same boxes without run.augment, and one pipeline per source")
 		keep := fs.Bool("keep", false, "override run.keep: keep each batch until the next one is popped, as a training loop keeps its tensor until its next step")
 		slots := fs.Int("batch-slots", 0, "override run.batch_slots (0: the scenario's)")
 		fs.DurationVar(&o.Duration, "duration", 0, "stream the measured batches for this long instead of the scenario's count, sampling memory and throughput every second")
@@ -127,6 +148,9 @@ Examples:
 			sc, err := bench.LoadScenario(args[0])
 			if err != nil {
 				return err
+			}
+			if o.Compare && !sc.Comparable() {
+				return usagef("--compare: scenario %s has neither run.augment nor several run.sources: nothing to compare", sc.Name)
 			}
 			if *engine != "" {
 				if _, err := base.EngineDevice(*engine); err != nil {

@@ -19,7 +19,9 @@ var cmdGen = &command{
 	short: "write a scenario's synthetic dataset",
 	long: `Gen writes the dataset of a scenario (a file, or a built-in name: see
 'damacy help bench') into DIR: one OME-NGFF 0.5 image per array, named
-a000, a001, ..., each over a sharded zarr v3 array. Shards are generated,
+a000, a001, ..., each over a sharded zarr v3 array, and with dataset.labels
+an OME-NGFF label image beside each (labels/<name>: blobs of a few label
+values, the image brighter inside them). Shards are generated,
 encoded and written concurrently, one per CPU, each worker holding one
 shard's data, so memory stays bounded by a few shards per CPU.
 

@@ -119,20 +119,25 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 		}
 	}
 
-	// assemble-only, on the CPU and (CUDA engine) on the GPU.
+	// assemble-only, on the CPU and (CUDA engine) on the GPU: every
+	// source's batch, with the run's transforms.
 	t = time.Now()
-	ab, err := prepareAssemble(ctx, rg, rp, bs)
+	abs, err := prepareAssembles(ctx, rg, rp, bs, rep.transforms)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("assemble-only: %w", err))
 	} else {
-		c := assembleOnlyCPU(ab)
+		var each []Ceiling
+		for _, ab := range abs {
+			each = append(each, assembleOnlyCPU(ab))
+		}
+		c := sumCeilings(each)
 		c.Limits = !gpu
 		cs = append(cs, c)
 		tr.span(traceRowPhases, "ceiling", "assemble-only (cpu)", t, time.Now(), nil)
 	}
 	if gpu {
 		t = time.Now()
-		gcs, err := gpuCeilings(rep.Device, st, ab)
+		gcs, err := gpuCeilings(rep.Device, st, abs)
 		tr.span(traceRowPhases, "ceiling", "gpu ceilings", t, time.Now(), nil)
 		if err != nil {
 			errs = append(errs, err)
@@ -272,18 +277,85 @@ type assembleBench struct {
 	arena []byte
 }
 
-// prepareAssemble decodes the chunks of the first measured batch's first
-// samples (up to assembleArenaBytes) into an arena and plans their
-// assembly as the engines do (plan.AddOp).
-func prepareAssemble(ctx context.Context, rg *rig, rp *replanned, bs *boxSet) (*assembleBench, error) {
-	dt, _ := pipeline.ParseDtype(bs.Dtype)
-	outType := ptx.Float32
-	if dt == pipeline.BF16 {
-		outType = ptx.BFloat16
+// prepareAssembles prepares assemble-only's batches: one per source.
+// transforms holds, per source, the first measured batch's transforms
+// (nil entries: none).
+func prepareAssembles(ctx context.Context, rg *rig, rp *replanned, bs *boxSet, transforms [][]pipeline.Transform) ([]*assembleBench, error) {
+	var out []*assembleBench
+	for k := range bs.Sources {
+		var xf []pipeline.Transform
+		if k < len(transforms) {
+			xf = transforms[k]
+		}
+		ab, err := prepareAssemble(ctx, rg, rp, bs, k, xf)
+		if err != nil {
+			if len(bs.Sources) > 1 {
+				err = fmt.Errorf("source %q: %w", bs.Sources[k].Name, err)
+			}
+			return nil, err
+		}
+		out = append(out, ab)
 	}
+	return out, nil
+}
+
+// sumCeilings is the ceiling of several measurements made one after the
+// other, one per source: their bytes over their time.
+func sumCeilings(cs []Ceiling) Ceiling {
+	if len(cs) == 1 {
+		return cs[0]
+	}
+	c := cs[0]
+	c.Detail = "per source: " + c.Detail
+	for _, o := range cs[1:] {
+		c.Bytes += o.Bytes
+		c.Time += o.Time
+		c.Detail += "; " + o.Detail
+		if o.Note != "" {
+			c.Note = strings.TrimPrefix(c.Note+"; "+o.Note, "; ")
+		}
+	}
+	c.GBps = float64(c.Bytes) / c.Time.Seconds() / 1e9
+	c.OutputGBps = c.GBps
+	return c
+}
+
+// ptxTransform is a sample's transform as the kernels take it.
+func ptxTransform(t *pipeline.Transform) ptx.Transform {
+	x := ptx.Identity()
+	for j, a := range t.Perm {
+		x.Perm[j] = uint8(a)
+		if t.Flip[j] {
+			x.Flips |= 1 << j
+		}
+	}
+	if t.Intensity {
+		x.Intensity = true
+		x.Scale, x.Offset, x.Lo, x.Hi = t.Scale, t.Offset, t.Low, t.High
+	}
+	return x
+}
+
+// fillFor is an array's fill value (its little-endian bytes) of kernel
+// type sdt as a fill op of output type out writes it (ptx.FillFor).
+func fillFor(out, sdt ptx.Dtype, fill []byte) (uint32, error) {
+	var v uint64
+	for i := len(fill) - 1; i >= 0; i-- {
+		v = v<<8 | uint64(fill[i])
+	}
+	return ptx.FillFor(out, sdt, v)
+}
+
+// prepareAssemble decodes the chunks of source k of the first measured
+// batch's first samples (up to assembleArenaBytes) into an arena and
+// plans their assembly as the engines do (plan.AddOp), each sample with
+// its transform from transforms (nil: none).
+func prepareAssemble(ctx context.Context, rg *rig, rp *replanned, bs *boxSet, k int, transforms []pipeline.Transform) (*assembleBench, error) {
+	dt, _ := pipeline.ParseDtype(bs.Sources[k].Dtype)
+	outType := outType(dt)
 	// Choose the samples and lay their distinct chunks out in the arena:
 	// the jobs of a batch come in the order its samples first need them.
-	zb := rp.first
+	zb := rp.first[k]
 	at := make([]int64, len(zb.Jobs))
 	var arena int64
 	samples, jobs := 0, 0
@@ -301,21 +373,27 @@ func prepareAssemble(ctx context.Context, rg *rig, rp *replanned, bs *boxSet) (*
 		}
 		samples++
 	}
-	shape := make([]int, len(bs.SampleShape))
-	for i, n := range bs.SampleShape {
-		shape[i] = int(n)
+	var shape []int
+	for _, a := range bs.Sources[k].Axes {
+		shape = append(shape, int(bs.SampleShape[a]))
 	}
 	p, err := ptx.NewPlan(ptx.Layout{Samples: samples, Shape: shape, Dtype: outType})
 	if err != nil {
 		return nil, err
 	}
+	for n := range min(samples, len(transforms)) {
+		if err := p.SetTransform(n, ptxTransform(&transforms[n])); err != nil {
+			return nil, err
+		}
+	}
 	first := bs.Samples[bs.Warmup*bs.BatchSize:]
+	arrays := rp.arrays[k]
 	for i := range zb.Copies {
 		c := &zb.Copies[i]
 		if c.Sample >= samples { // copies come sample after sample
 			break
 		}
-		a := rp.arrays[first[c.Sample].Array]
+		a := arrays[first[c.Sample].Array]
 		sdt, ok := plan.Dtype(a.DataType())
 		if !ok {
 			return nil, fmt.Errorf("no kernel type for %v", a.DataType())
@@ -326,7 +404,11 @@ func prepareAssemble(ctx context.Context, rg *rig, rp *replanned, bs *boxSet) (*
 			s.Offset = at[c.Job]
 			src = &s
 		}
-		if _, err := plan.AddOp(p, c, src, plan.FillBits(sdt, a.FillValue())); err != nil {
+		fill, err := fillFor(outType, sdt, a.FillValue())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := plan.AddOp(p, c, src, fill); err != nil {
 			return nil, err
 		}
 	}
@@ -334,7 +416,7 @@ func prepareAssemble(ctx context.Context, rg *rig, rp *replanned, bs *boxSet) (*
 	refs := make([]chunkRef, jobs)
 	for i := range refs {
 		refs[i].chunk = zb.Jobs[i].Chunk
-		if refs[i].file, err = file(rp.arrays[zb.Jobs[i].Array], zb.Jobs[i].Chunk.Key); err != nil {
+		if refs[i].file, err = file(arrays[zb.Jobs[i].Array], zb.Jobs[i].Chunk.Key); err != nil {
 			return nil, err
 		}
 	}

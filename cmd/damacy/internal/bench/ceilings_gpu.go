@@ -29,8 +29,9 @@ func gpuLine(device string) (gpu, driver string) {
 }
 
 // gpuCeilings measures, on the run's GPU, pinned host-to-device copies at
-// the run's average copy size and the assemble kernel over ab.
-func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]Ceiling, error) {
+// the run's average copy size and the assemble kernel over abs (one batch
+// per source, timed one after the other).
+func gpuCeilings(device string, st pipeline.Stats, abs []*assembleBench) ([]Ceiling, error) {
 	ex, err := gpuExecutor(device)
 	if err != nil {
 		return nil, err
@@ -53,17 +54,22 @@ func gpuCeilings(device string, st pipeline.Stats, ab *assembleBench) ([]Ceiling
 			cs = append(cs, c)
 		}
 	}
-	if ab != nil {
-		var c Ceiling
+	if abs != nil {
+		var each []Ceiling
 		err := ex.Do(func() error {
-			var err error
-			c, err = assembleOnlyGPU(ab)
-			return err
+			for _, ab := range abs {
+				c, err := assembleOnlyGPU(ab)
+				if err != nil {
+					return err
+				}
+				each = append(each, c)
+			}
+			return nil
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("assemble-only (gpu): %w", err))
 		} else {
-			cs = append(cs, c)
+			cs = append(cs, sumCeilings(each))
 		}
 	}
 	return cs, errors.Join(errs...)

@@ -106,17 +106,23 @@ func (d *DatasetSpec) validateLabels() error {
 		}
 	}
 	ns := spaceAxes(len(d.Shape))
+	shape := func(field string, s []int64) error {
+		if len(s) != ns {
+			return fieldErr(field, "has %d axes; want the image's %d space axes", len(s), ns)
+		}
+		return checkShape(field, s, ns)
+	}
 	if l.Chunk != nil {
-		if err := checkShape("dataset.labels.chunk", l.Chunk, ns); err != nil {
-			return fieldErr("dataset.labels.chunk", "%s (want the image's %d space axes)", err.(*ScenarioError).Msg, ns)
+		if err := shape("dataset.labels.chunk", l.Chunk); err != nil {
+			return err
 		}
 	}
 	if l.Shard != nil {
 		if l.Chunk == nil {
 			return fieldErr("dataset.labels.shard", "needs dataset.labels.chunk")
 		}
-		if err := checkShape("dataset.labels.shard", l.Shard, ns); err != nil {
-			return fieldErr("dataset.labels.shard", "%s (want the image's %d space axes)", err.(*ScenarioError).Msg, ns)
+		if err := shape("dataset.labels.shard", l.Shard); err != nil {
+			return err
 		}
 		for i := range l.Shard {
 			if l.Shard[i]%l.Chunk[i] != 0 {

@@ -36,13 +36,16 @@ func (bs *boxSet) sequence(sc *Scenario, endless bool) iter.Seq[pipeline.Sample]
 			}
 		}
 		if endless && sc.Run.epochs() == 1 {
-			r := newBoxRand(sc)
+			next := bs.stream()
 			for range bs.Samples {
-				drawBox(r, sc)
+				next()
 			}
-			for yield(bs.sample(drawBox(r, sc))) {
+			for {
+				s, _ := next()
+				if !yield(bs.sample(s)) {
+					return
+				}
 			}
-			return
 		}
 		shuffle := rand.New(rand.NewPCG(sc.Run.Seed, epochSeedStream))
 		for e := 1; endless || e < sc.Run.epochs(); e++ {
@@ -90,6 +93,7 @@ type measure struct {
 	start   time.Time
 	batches int
 	box     int64
+	sources []SourceReport // each tensor's bytes and a sample's shape
 
 	perEpoch  int // batches per epoch; 0: one epoch, not reported
 	lastEnd   time.Time
@@ -116,6 +120,17 @@ func newMeasure(p *pipeline.Pipeline, sc *Scenario, bs *boxSet, start time.Time,
 func (m *measure) popped(p *pipeline.Pipeline, b *pipeline.Batch, t time.Time) {
 	m.batches++
 	m.box += m.bs.boxBytes(b.Samples())
+	for k, t := range b.Tensors() {
+		info := t.Info()
+		n := int64(info.Dtype.Size())
+		for _, x := range info.Shape {
+			n *= x
+		}
+		if k == len(m.sources) {
+			m.sources = append(m.sources, SourceReport{Name: t.Name(), Path: m.bs.Sources[k].Path, Dtype: info.Dtype.String(), Shape: info.Shape[1:]})
+		}
+		m.sources[k].OutputBytes += n
+	}
 	if m.perEpoch == 0 || m.batches%m.perEpoch != 0 {
 		return
 	}
@@ -139,6 +154,10 @@ func (m *measure) popped(p *pipeline.Pipeline, b *pipeline.Batch, t time.Time) {
 func (m *measure) finish(rep *Report) {
 	rep.Batches = m.batches
 	rep.boxBytes = m.box
+	rep.Sources = m.sources
+	for k := range rep.Sources {
+		rep.Sources[k].OutputGBps = float64(rep.Sources[k].OutputBytes) / rep.Wall.Seconds() / 1e9
+	}
 	if m.soak != nil {
 		rep.Soak = m.soak.finish()
 	}

@@ -37,7 +37,10 @@ func openDataset(ctx context.Context, e Env, sc *Scenario, o Options) (*boxSet, 
 		if err != nil {
 			return nil, nil, err
 		}
-		bs, err := newBoxSet(sc, "", rd, drawBoxes(sc))
+		bs, err := newBoxSet(sc, "", rd, nil)
+		if err == nil {
+			err = bs.draw(ctx, sc)
+		}
 		if err != nil {
 			rd.close()
 			return nil, nil, err
@@ -52,8 +55,11 @@ func openDataset(ctx context.Context, e Env, sc *Scenario, o Options) (*boxSet, 
 	if err != nil {
 		return nil, nil, err
 	}
-	bs, err := newBoxSet(sc, dir, nil, drawBoxes(sc))
-	return bs, gs, err
+	bs, err := newBoxSet(sc, dir, nil, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return bs, gs, bs.draw(ctx, sc)
 }
 
 // remoteData is a run's remote dataset: where it is, and the store the

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"path"
 	"runtime"
 	"slices"
 	"strings"
@@ -90,9 +91,9 @@ func (c *chunkRef) decodedBytes() int { return c.chunk.Codec.Layout().Bytes() }
 // replanned is the measured batches planned again as the engines plan
 // them: plan.Batch (each chunk once per batch) through cache.Locator.
 type replanned struct {
-	batches [][]chunkRef     // per batch, each chunk once, sorted by (file, offset)
-	first   *plan.Batch[int] // the first measured batch; a job's Array indexes arrays
-	arrays  []*zarr.Array
+	batches [][]chunkRef       // per batch, each chunk of every source once, sorted by (file, offset)
+	first   []*plan.Batch[int] // per source, the first measured batch; a job's Array indexes arrays[source]
+	arrays  [][]*zarr.Array    // per source, per image
 }
 
 // file returns the file of an array's key: its path in a directory store,
@@ -107,47 +108,54 @@ func file(a *zarr.Array, key string) (string, error) {
 	return "", fmt.Errorf("%s: neither a directory nor an object store", a.Path())
 }
 
-// replan plans the measured samples again: the chunks each batch reads.
+// replan plans the measured samples again: the chunks each batch reads,
+// of every source (each source's array read with the box's ranges along
+// its axes, as the engines read it).
 func replan(ctx context.Context, bs *boxSet) (*replanned, error) {
-	rp := &replanned{arrays: make([]*zarr.Array, len(bs.Arrays))}
-	locs := make([]*cache.Locator, len(bs.Arrays))
+	nsrc := len(bs.Sources)
+	rp := &replanned{arrays: make([][]*zarr.Array, nsrc), first: make([]*plan.Batch[int], nsrc)}
+	locs := make([][]*cache.Locator, nsrc)
 	sizes := cache.NewLRU[string, int64](pipeline.DefaultShardIndexCache, nil)
 	indexes := cache.NewLRU[string, *zarr.ShardIndex](pipeline.DefaultShardIndexCache, nil)
-	for i := range bs.Arrays {
-		a, err := bs.level(i)
-		if err != nil {
-			return nil, err
+	for k, src := range bs.Sources {
+		for i := range bs.Arrays {
+			a, err := bs.levelAt(i, src.Path)
+			if err != nil {
+				return nil, err
+			}
+			rp.arrays[k] = append(rp.arrays[k], a)
+			locs[k] = append(locs[k], &cache.Locator{Store: a.Store(), ID: path.Join(bs.Arrays[i], src.Path), Sizes: sizes, Indexes: indexes})
 		}
-		rp.arrays[i] = a
-		locs[i] = &cache.Locator{Store: a.Store(), ID: bs.Arrays[i], Sizes: sizes, Indexes: indexes}
 	}
 	measured := bs.Samples[bs.Warmup*bs.BatchSize:]
 	for b := range bs.Batches {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		zb := new(plan.Batch[int])
-		for k, s := range measured[b*bs.BatchSize : (b+1)*bs.BatchSize] {
-			box := make([]zarr.Range, len(s.Box))
-			for d, r := range s.Box {
-				box[d] = zarr.Range{Start: r[0], Stop: r[1]}
+		var refs []chunkRef
+		for k, src := range bs.Sources {
+			zb := new(plan.Batch[int])
+			for n, s := range measured[b*bs.BatchSize : (b+1)*bs.BatchSize] {
+				box := make([]zarr.Range, len(src.Axes))
+				for j, a := range src.Axes {
+					box[j] = zarr.Range{Start: s.Box[a][0], Stop: s.Box[a][1]}
+				}
+				zp, err := rp.arrays[k][s.Array].Plan(box, locs[k][s.Array])
+				if err != nil {
+					return nil, err
+				}
+				zb.Add(n, s.Array, zp)
 			}
-			zp, err := rp.arrays[s.Array].Plan(box, locs[s.Array])
-			if err != nil {
-				return nil, err
+			if b == 0 {
+				rp.first[k] = zb
 			}
-			zb.Add(k, s.Array, zp)
-		}
-		if b == 0 {
-			rp.first = zb
-		}
-		refs := make([]chunkRef, len(zb.Jobs))
-		for i, j := range zb.Jobs {
-			f, err := file(rp.arrays[j.Array], j.Chunk.Key)
-			if err != nil {
-				return nil, err
+			for _, j := range zb.Jobs {
+				f, err := file(rp.arrays[k][j.Array], j.Chunk.Key)
+				if err != nil {
+					return nil, err
+				}
+				refs = append(refs, chunkRef{file: f, chunk: j.Chunk})
 			}
-			refs[i] = chunkRef{file: f, chunk: j.Chunk}
 		}
 		slices.SortFunc(refs, func(x, y chunkRef) int {
 			return cmp.Or(strings.Compare(x.file, y.file), cmp.Compare(x.chunk.Offset, y.chunk.Offset))

@@ -60,7 +60,29 @@ type Report struct {
 	OfLowest     float64       `json:"fraction_of_lowest,omitempty"` // OutputGBps / the lowest ceiling's output GB/s
 	CeilingError string        `json:"ceiling_error,omitempty"`
 
-	boxBytes int64 // of the measured samples, in their source data types
+	// Sources is each tensor of the batches (run.sources; one, the
+	// image, without): its share of the output.
+	Sources []SourceReport `json:"sources,omitempty"`
+	// Sampler is how the boxes were drawn (run.sampler): "uniform" or
+	// "foreground", with ForegroundShare of them centred on foreground.
+	Sampler         string       `json:"sampler"`
+	ForegroundShare float64      `json:"foreground_share,omitempty"`
+	Augment         *AugmentSpec `json:"augment,omitempty"` // run.augment
+	// Compare holds the comparisons (run.compare, --compare).
+	Compare *CompareReport `json:"compare,omitempty"`
+
+	boxBytes   int64                  // of the measured samples, in their source data types
+	transforms [][]pipeline.Transform // per tensor, the first measured batch's (nil entries without run.augment)
+}
+
+// SourceReport is one tensor of every batch.
+type SourceReport struct {
+	Name        string  `json:"name"`
+	Path        string  `json:"path"` // its array relative to each image ("" the image, labels/NAME)
+	Dtype       string  `json:"dtype"`
+	Shape       []int64 `json:"shape"`        // a sample's
+	OutputBytes int64   `json:"output_bytes"` // of the measured batches
+	OutputGBps  float64 `json:"output_gbps"`  // OutputBytes / wall
 }
 
 // Host says where the run ran.
@@ -145,13 +167,28 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	p("run          %s of %d x %s %s after %d warm-up; %s\n",
 		length, r.BatchSize, base.Shape(r.SampleShape), r.Dtype, r.Warmup, consumer)
+	if r.Sampler == "foreground" {
+		p("sampler      foreground: %.0f%% of the boxes centred on a label voxel that is not 0\n", 100*r.ForegroundShare)
+	}
+	if r.Augment != nil {
+		p("augment      %s\n", r.Augment)
+	}
 	p("startup      %s from the call to pipeline.New to the first batch popped (New %s)\n", r.Startup.Round(time.Millisecond), r.StartupNew.Round(time.Millisecond))
 	p("\n")
-	p("throughput   %.3f GB/s of %s output, %.1f samples/s, wall %s", r.OutputGBps, r.Dtype, r.SamplesPerS, r.Wall.Round(time.Millisecond))
+	output := r.Dtype + " output"
+	if len(r.Sources) > 1 {
+		output = "output (all tensors)"
+	}
+	p("throughput   %.3f GB/s of %s, %.1f samples/s, wall %s", r.OutputGBps, output, r.SamplesPerS, r.Wall.Round(time.Millisecond))
 	if r.CPU > 0 {
 		p(", CPU %s (%.1f cores)", r.CPU.Round(time.Millisecond), r.CPU.Seconds()/r.Wall.Seconds())
 	}
 	p("\n")
+	if len(r.Sources) > 1 {
+		for _, src := range r.Sources {
+			p("  %-10s %.3f GB/s of %s %s (%s)\n", src.Name, src.OutputGBps, src.Dtype, base.Shape(src.Shape), sourcePath(src.Path))
+		}
+	}
 	p("source       %.3f GB/s of box bytes in the source dtype\n", r.SourceGBps)
 	p("read         %.3f GB/s (wire), read amplification %.2f, %.0f%% copied from mapped files\n", r.WireGBps, r.ReadAmp, 100*r.MappedShare)
 	p("\n")
@@ -186,6 +223,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	r.writeEpochs(p)
 	r.writeSoak(p)
+	r.writeCompare(p)
 	if len(r.Ceilings) > 0 {
 		p("\n")
 		p("%-22s %22s %15s   %s\n", "ceiling", "rate", "as output", "measured over the run's boxes")
@@ -210,4 +248,12 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.CeilingError != "" {
 		p("ceilings incomplete: %s\n", r.CeilingError)
 	}
+}
+
+// sourcePath describes a source's array relative to each image.
+func sourcePath(path string) string {
+	if path == "" {
+		return "the image"
+	}
+	return path
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ type Options struct {
 	BoxesOut  string // write the boxes read to this JSON file (for the peers)
 	Ceilings  bool   // measure the ceilings after the run
 	Verify    bool   // check the first batch popped against the reference reader
+	Compare   bool   // measure the comparisons (run.compare): see CompareReport
 	Profile   string // write a CPU profile (pprof) of the measured batches here
 	// Duration, when positive, runs the measured batches for this long
 	// instead of the scenario's count (drawing more boxes, or more epochs),
@@ -40,20 +42,29 @@ type Options struct {
 	Duration time.Duration
 }
 
-// pipelineConfig is the pipeline configuration of a scenario's run.
+// pipelineConfig is the pipeline configuration of a scenario's run: its
+// sources (run.sources) in one pipeline, with run.augment.
 func pipelineConfig(sc *Scenario) pipeline.Config {
 	r := &sc.Run
 	shape := make([]int, len(r.SampleShape))
 	for i, n := range r.SampleShape {
 		shape[i] = int(n)
 	}
-	dt, _ := pipeline.ParseDtype(r.Dtype)
+	srcs := sc.sources()
+	var sources []pipeline.Source
+	if len(r.Sources) > 0 {
+		for _, s := range srcs {
+			sources = append(sources, s.pipelineSource())
+		}
+	}
 	dev, _ := base.EngineDevice(r.Engine)
 	mapped, _ := MappedFileBytes(r.MappedFiles)
 	return pipeline.Config{
 		BatchSize:         r.BatchSize,
 		SampleShape:       shape,
-		Dtype:             dt,
+		Dtype:             srcs[0].dtype,
+		Sources:           sources,
+		Augment:           sc.augmentFor(srcs[0].axes, sc.intensitySources()),
 		HostBufferBytes:   int64(r.HostBuffer),
 		DeviceBufferBytes: int64(r.DeviceBuffer),
 		LookaheadBatches:  r.Lookahead,
@@ -65,6 +76,42 @@ func pipelineConfig(sc *Scenario) pipeline.Config {
 		BatchSlots:        r.BatchSlots,
 		Device:            dev,
 	}
+}
+
+// apartConfigs is one pipeline configuration per source of the run, each
+// reading its source alone (boxSet.project gives its samples) as
+// pipelineConfig's pipeline reads it: its
+// own sample shape (the image axes it reads), buffers and share of
+// run.gpu_cap (the pipeline gives each of n sources 1/n of it), and
+// run.augment over its axes (the same draws, so the same geometry per
+// sample), with the intensity transform only where it applies to it.
+func apartConfigs(sc *Scenario) []pipeline.Config {
+	one := pipelineConfig(sc)
+	srcs := sc.sources()
+	var out []pipeline.Config
+	for _, s := range srcs {
+		c := one
+		// The samples name the source's array (boxSet.project): a
+		// pipeline's first source reads the sample's URI.
+		ps := s.pipelineSource()
+		ps.Label = ""
+		c.Sources, c.Dtype = []pipeline.Source{ps}, s.dtype
+		c.MaxGPUMemoryBytes = one.MaxGPUMemoryBytes / int64(len(srcs))
+		c.SampleShape = nil
+		for _, a := range s.axes {
+			c.SampleShape = append(c.SampleShape, one.SampleShape[a])
+		}
+		var intensity []string
+		if slices.Contains(sc.intensitySources(), s.name) {
+			intensity = []string{s.name}
+		}
+		c.Augment = sc.augmentFor(s.axes, intensity)
+		if c.Logger != nil {
+			c.Logger = c.Logger.With("source", s.name)
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // ioThreads is the number of readers the run had: the scenario's, or the
@@ -102,12 +149,20 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 			return nil, err
 		}
 	}
+	compare := (o.Compare || sc.Run.Compare) && sc.Comparable()
+	if o.Compare && !sc.Comparable() {
+		return nil, fmt.Errorf("--compare: scenario %s has neither run.augment nor several run.sources: nothing to compare", sc.Name)
+	}
 	rep := &Report{
 		Scenario: sc.Name, Description: sc.Description, Date: time.Now().UTC().Truncate(time.Second),
 		Host:       Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
 		DatasetDir: remote.Redact(bs.DatasetDir), Data: bs.source(), Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
 		Dtype: bs.Dtype, BatchSize: sc.Run.BatchSize, SampleShape: sc.Run.SampleShape,
 		Warmup: sc.Run.Warmup, HoldMS: sc.Run.HoldMS, Keep: sc.Run.Keep, BatchSlots: sc.Run.BatchSlots, ChunkCache: int64(sc.Run.ChunkCache), Duration: o.Duration,
+		Sampler: bs.Sampler, Augment: sc.Run.Augment,
+	}
+	if bs.Sampler == "foreground" {
+		rep.ForegroundShare = float64(bs.foreground) / float64(max(len(bs.Samples), 1))
 	}
 	st, err := stream(ctx, e, sc, bs, rep, tr, o)
 	if err != nil {
@@ -127,6 +182,15 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 	rep.ReadAmp = base.Ratio(st.BytesRead, box)
 	if strings.HasPrefix(rep.Device, "cuda") {
 		rep.Host.GPU, rep.Host.Driver = gpuLine(rep.Device)
+	}
+	if compare {
+		t := time.Now()
+		cr, err := measureComparisons(ctx, e, sc, bs, rep, o)
+		tr.span(traceRowPhases, "phase", "comparisons", t, time.Now(), nil)
+		if err != nil {
+			return nil, fmt.Errorf("comparisons: %w", err)
+		}
+		rep.Compare = cr
 	}
 	if o.Ceilings {
 		t := time.Now()
@@ -231,6 +295,12 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 		}
 		th := time.Now()
 		if m != nil {
+			if i == sc.Run.Warmup {
+				// The ceilings' assemble-only applies these transforms.
+				for _, t := range b.Tensors() {
+					rep.transforms = append(rep.transforms, slices.Clone(t.Transforms()))
+				}
+			}
 			m.popped(p, b, th)
 		}
 		if i == 0 {

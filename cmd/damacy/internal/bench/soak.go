@@ -229,8 +229,9 @@ func mean(v []float64) float64 {
 
 // checkLimits adds the soak targets of the CUDA engine: GPU memory
 // committed within run.gpu_cap, and the process's own resident memory
-// within host_buffer (the pinned staging) plus 256 MiB (its pages of
-// mapped files are the page cache, bounded by Config.MappedFileBytes).
+// within host_buffer (the pinned staging, each source's) plus 256 MiB
+// (its pages of mapped files are the page cache, bounded by
+// Config.MappedFileBytes).
 func (r *SoakReport) checkLimits(sc *Scenario, engine string) {
 	if engine != "cuda" {
 		return
@@ -241,9 +242,16 @@ func (r *SoakReport) checkLimits(sc *Scenario, engine string) {
 			Detail: "run.gpu_cap " + sc.Run.GPUCap.String()})
 	}
 	if r.RSS != nil {
-		hb := int64(sc.Run.HostBuffer)
-		if hb == 0 {
-			hb = pipeline.DefaultCUDAHostBufferBytes
+		var hb int64
+		for _, src := range sc.sources() {
+			switch {
+			case src.host > 0:
+				hb += src.host
+			case sc.Run.HostBuffer > 0:
+				hb += int64(sc.Run.HostBuffer)
+			default:
+				hb += pipeline.DefaultCUDAHostBufferBytes
+			}
 		}
 		limit := hb + 256<<20
 		m := int64(r.RSS.Max)

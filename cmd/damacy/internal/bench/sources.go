@@ -344,3 +344,30 @@ func (r *RunSpec) validateAugment(d *DatasetSpec) error {
 	}
 	return nil
 }
+
+// String describes the transforms for the text report.
+func (a *AugmentSpec) String() string {
+	var parts []string
+	for _, f := range a.Flip {
+		parts = append(parts, fmt.Sprintf("flip %s p=%g", f.Axis, f.P))
+	}
+	for _, r := range a.Rot90 {
+		parts = append(parts, fmt.Sprintf("rot90 %s p=%g", strings.Join(r.Axes, "-"), r.P))
+	}
+	for _, q := range a.Permute {
+		parts = append(parts, fmt.Sprintf("permute %s p=%g", strings.Join(q.Axes, "-"), q.P))
+	}
+	if a.Std != 0 {
+		parts = append(parts, fmt.Sprintf("(v - %g) / %g", a.Mean, a.Std))
+	}
+	if a.Scale != nil {
+		parts = append(parts, fmt.Sprintf("scale %g..%g", a.Scale[0], a.Scale[1]))
+	}
+	if a.Offset != nil {
+		parts = append(parts, fmt.Sprintf("offset %g..%g", a.Offset[0], a.Offset[1]))
+	}
+	if a.Clip != nil {
+		parts = append(parts, fmt.Sprintf("clip %g..%g", a.Clip[0], a.Clip[1]))
+	}
+	return strings.Join(parts, ", ") + fmt.Sprintf(" (seed %d)", a.Seed)
+}

@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/damacy-go/damacy/pipeline"
+)
+
+// segScenario is a tiny segmentation scenario (czyx images with a label
+// image) that the bad-field cases edit and the host-engine runs read.
+const segScenario = `{
+  "name": "seg",
+  "dataset": {"arrays": 2, "shape": [1, 16, 64, 64], "chunk": [1, 8, 32, 32], "shard": [1, 16, 64, 64],
+              "dtype": "uint16", "codec": "zstd", "level": 3, "entropy": 0.5, "seed": 1,
+              "labels": {"name": "cells", "dtype": "uint8", "chunk": [8, 32, 32], "shard": [16, 64, 64], "codec": "zstd", "foreground": 0.1}},
+  "run": {"batch_size": 2, "sample_shape": [1, 8, 32, 32], "batches": 3, "warmup": 1,
+          "sources": [{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}],
+          "sampler": {"kind": "foreground", "fraction": 0.67},
+          "augment": {"seed": 1, "flip": [{"axis": "z", "p": 0.5}, {"axis": "y", "p": 0.5}, {"axis": "x", "p": 0.5}],
+                      "rot90": [{"axes": ["y", "x"], "p": 0.5}], "mean": 16384, "std": 21000},
+          "compare": true, "lookahead_batches": 2, "io_threads": 2, "gpu_cap": "256MiB",
+          "host_buffer": "64MiB", "device_buffer": "64MiB", "engine": "host", "seed": 1}
+}`
+
+var badSegScenarioTests = []badScenarioTest{
+	{`"name": "cells",`, `"name": "",`, `dataset.labels.name: missing`},
+	{`"name": "cells",`, `"name": "a/b",`, `dataset.labels.name: "a/b": use letters`},
+	{`"dtype": "uint8",`, `"dtype": "float32",`, `dataset.labels.dtype: "float32": want an integer zarr data type`},
+	{`"dtype": "uint16", "codec"`, `"dtype": "float16", "codec"`, `dataset.dtype: float16: an image with labels is brightened`},
+	{`"chunk": [8, 32, 32]`, `"chunk": [1, 8, 32, 32]`, `dataset.labels.chunk: has 4 axes; want the image's 3 space axes`},
+	{`"chunk": [8, 32, 32]`, `"chunk": [8, 0, 32]`, `dataset.labels.chunk[1]: 0: must be positive`},
+	{`"shard": [16, 64, 64]`, `"shard": [16, 48, 64]`, `dataset.labels.shard[1]: 48 is not a multiple of dataset.labels.chunk[1] = 32`},
+	{`"codec": "zstd", "foreground"`, `"codec": "brotli", "foreground"`, `dataset.labels.codec: "brotli" is not a codec`},
+	{`"codec": "zstd", "foreground"`, `"codec": "zstd", "level": 99, "foreground"`, `dataset.labels.level: 99: out of range for zstd`},
+	{`"foreground": 0.1`, `"foreground": 0`, `dataset.labels.foreground: 0: must be in (0, 0.9]`},
+	{`"foreground": 0.1`, `"foreground": 0.1, "colour": 1`, `dataset.labels.colour: unknown field`},
+	{`"foreground": 0.1`, `"foreground": "lots"`, `dataset.labels.foreground: cannot use a JSON string here (want a number)`},
+	{`{"name": "image", "dtype": "bf16"}`, `{"name": "", "dtype": "bf16"}`, `run.sources[0].name: missing`},
+	{`{"name": "image", "dtype": "bf16"}`, `{"name": "label", "dtype": "bf16"}`, `run.sources[1].name: "label": another source has this name`},
+	{`{"name": "image", "dtype": "bf16"}`, `{"name": "image", "dtype": "f16"}`, `run.sources[0].dtype: "f16": want f32, bf16`},
+	{`{"name": "image", "dtype": "bf16"}`, `{"name": "image", "dtype": "u8"}`, `run.sources[0].dtype: "u8": integer outputs are for label sources`},
+	{`{"name": "image", "dtype": "bf16"}`, `{"name": "image", "label": "cells", "dtype": "bf16"}`, `run.sources[0].label: "cells": the first source is the image`},
+	{`"label": "cells", "dtype": "u8"`, `"label": "nuclei", "dtype": "u8"`, `run.sources[1].label: "nuclei": the dataset's label images are "cells"`},
+	{`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "u8", "host_buffer": "1KiB"`, `run.sources[1].host_buffer: 1.0 kB: must be at least 1 MiB`},
+	{`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "u8", "device_buffer": "lots"`, `run.sources[1].device_buffer: "lots" is not a size`},
+	{`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "u8", "hostbuf": 1`, `run.sources[1].hostbuf: unknown field`},
+	{`"batch_size": 2,`, `"batch_size": 2, "dtype": "f32",`, `run.dtype: "f32" differs from run.sources[0].dtype "bf16"`},
+	{`"kind": "foreground"`, `"kind": "grid"`, `run.sampler.kind: "grid": want uniform or foreground`},
+	{`"fraction": 0.67`, `"fraction": 1.5`, `run.sampler.fraction: 1.5: must be in (0, 1]`},
+	{`"kind": "foreground", "fraction": 0.67`, `"kind": "uniform", "fraction": 0.67`, `run.sampler.fraction: is for the foreground sampler`},
+	{`{"axis": "z", "p": 0.5}`, `{"axis": "c", "p": 0.5}`, `run.augment.flip[0].axis: "c" is not an axis of every source (z, y, x)`},
+	{`{"axis": "z", "p": 0.5}`, `{"axis": "z", "p": 2}`, `run.augment.flip[0].p: 2: want a probability in [0, 1]`},
+	{`{"axis": "z", "p": 0.5}`, `{"axis": "z", "q": 0.5}`, `run.augment.flip[0].q: unknown field`},
+	{`"rot90": [{"axes": ["y", "x"], "p": 0.5}]`, `"rot90": [{"axes": ["z", "x"], "p": 0.5}]`, `run.augment.rot90[0].axes: ["z" "x"]: the sample extents differ`},
+	{`"rot90": [{"axes": ["y", "x"], "p": 0.5}]`, `"rot90": [{"axes": ["y"], "p": 0.5}]`, `run.augment.rot90[0].axes: ["y"]: want 2 axes`},
+	{`"rot90": [{"axes": ["y", "x"], "p": 0.5}]`, `"permute": [{"axes": ["y", "y"], "p": 0.5}]`, `run.augment.permute[0].axes: ["y" "y"]: axis "y" twice`},
+	{`"mean": 16384, "std": 21000`, `"mean": 16384`, `run.augment.mean: 16384 without run.augment.std`},
+	{`"mean": 16384, "std": 21000`, `"std": -1`, `run.augment.std: -1 (mean 0): want a finite mean`},
+	{`"mean": 16384, "std": 21000`, `"scale": [2, 1]`, `run.augment.scale: [2 1]: want [low, high]`},
+	{`"mean": 16384, "std": 21000`, `"clip": [3, -3]`, `run.augment.clip: [3 -3]: want [low, high]`},
+	{`"mean": 16384, "std": 21000`, `"std": 1, "intensity_sources": ["label"]`, `run.augment.intensity_sources[0]: "label" has an integer output`},
+	{`"mean": 16384, "std": 21000`, `"std": 1, "intensity_sources": ["mask"]`, `run.augment.intensity_sources[0]: "mask" is not a source`},
+	{`"mean": 16384, "std": 21000`, `"intensity_sources": ["image"]`, `run.augment.intensity_sources: no intensity transform`},
+	{`"seed": 1, "flip"`, `"seed": 1, "flop": 1, "flip"`, `run.augment.flop: unknown field`},
+	{`"compare": true,`, `"compare": 1,`, `run.compare: cannot use a JSON number here (want true or false)`},
+}
+
+// TestBadSegScenarios: a bad field of the labels, sources, sampler or
+// augment is one error line naming it.
+func TestBadSegScenarios(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := parseScenario("seg", []byte(segScenario)); err != nil {
+		t.Fatalf("the valid segmentation scenario: %v", err)
+	}
+	for i := range badSegScenarioTests {
+		tt := &badSegScenarioTests[i]
+		if !strings.Contains(segScenario, tt.old) {
+			t.Fatalf("case %d: %q is not in the valid scenario", i, tt.old)
+		}
+		doc := strings.Replace(segScenario, tt.old, tt.new, 1)
+		file := filepath.Join(dir, "bad.json")
+		if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := LoadScenario(file)
+		want := file + ": " + tt.want
+		if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("LoadScenario with %s -> %s = %v, %v; want one line starting %q", tt.old, tt.new, sc, err, want)
+		}
+	}
+	// Without labels, a label source or the foreground sampler has none to read.
+	for _, tt := range []struct{ old, new, want string }{
+		{`{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}`, `{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}`, `run.sources[1].label: "cells": the dataset has no label images`},
+		{`"sources": [{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}],`, `"dtype": "bf16",`, `run.sampler.kind: foreground needs label images`},
+	} {
+		doc := strings.Replace(strings.Replace(segScenario, tt.old, tt.new, 1), `,
+              "labels": {"name": "cells", "dtype": "uint8", "chunk": [8, 32, 32], "shard": [16, 64, 64], "codec": "zstd", "foreground": 0.1}}`, `}`, 1)
+		if _, err := parseScenario("f", []byte(doc)); err == nil || !strings.HasPrefix(err.Error(), "f: "+tt.want) {
+			t.Errorf("without labels: %v; want %q", err, tt.want)
+		}
+	}
+}
+
+// TestSegmentationScenario: the built-in segmentation scenario reads an
+// image and its label into one pipeline, as the issue's 3D U-Net setup.
+func TestSegmentationScenario(t *testing.T) {
+	sc, err := LoadScenario("segmentation")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := pipelineConfig(sc)
+	want := []pipeline.Source{{Name: "image", Dtype: pipeline.BF16}, {Name: "label", Label: "cells", Dtype: pipeline.U8, HostBufferBytes: 768 << 20, DeviceBufferBytes: 512 << 20}}
+	if diff := cmp.Diff(want, cfg.Sources); diff != "" {
+		t.Errorf("sources (-want +got):\n%s", diff)
+	}
+	wantAug := &pipeline.Augment{Seed: 1, Flip: []pipeline.AxisChance{{Axis: 1, P: 0.5}, {Axis: 2, P: 0.5}, {Axis: 3, P: 0.5}},
+		Rot90: []pipeline.PlaneChance{{Axes: [2]int{2, 3}, P: 0.5}}, Mean: 16384, Std: 21000, IntensitySources: []string{"image"}}
+	if diff := cmp.Diff(wantAug, cfg.Augment); diff != "" {
+		t.Errorf("augment (-want +got):\n%s", diff)
+	}
+	if cfg.Dtype != pipeline.BF16 || !slices.Equal(cfg.SampleShape, []int{1, 128, 128, 128}) || cfg.BatchSize != 16 || !sc.Run.Compare {
+		t.Errorf("dtype %v, sample shape %v, batch %d, compare %v", cfg.Dtype, cfg.SampleShape, cfg.BatchSize, sc.Run.Compare)
+	}
+	// One pipeline per source: the label alone reads the z, y, x box with
+	// the same flips and turns on its own axes, and no intensity map.
+	apart := apartConfigs(sc)
+	if len(apart) != 2 {
+		t.Fatalf("%d apart configs", len(apart))
+	}
+	lab := apart[1]
+	wantLab := &pipeline.Augment{Seed: 1, Flip: []pipeline.AxisChance{{Axis: 0, P: 0.5}, {Axis: 1, P: 0.5}, {Axis: 2, P: 0.5}},
+		Rot90: []pipeline.PlaneChance{{Axes: [2]int{1, 2}, P: 0.5}}}
+	if diff := cmp.Diff(wantLab, lab.Augment); diff != "" {
+		t.Errorf("the label's augment (-want +got):\n%s", diff)
+	}
+	wantSrc := []pipeline.Source{{Name: "label", Dtype: pipeline.U8, HostBufferBytes: 768 << 20, DeviceBufferBytes: 512 << 20}}
+	if !slices.Equal(lab.SampleShape, []int{128, 128, 128}) || lab.MaxGPUMemoryBytes != cfg.MaxGPUMemoryBytes/2 || !cmp.Equal(lab.Sources, wantSrc) || lab.Dtype != pipeline.U8 {
+		t.Errorf("the label's pipeline: shape %v, cap %d (of %d), sources %v, dtype %v", lab.SampleShape, lab.MaxGPUMemoryBytes, cfg.MaxGPUMemoryBytes, lab.Sources, lab.Dtype)
+	}
+	if diff := cmp.Diff(cfg.Augment, apart[0].Augment); diff != "" {
+		t.Errorf("the image's augment alone (-one +apart):\n%s", diff)
+	}
+}
