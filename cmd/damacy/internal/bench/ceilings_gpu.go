@@ -139,8 +139,8 @@ func timeOnStream(s cuda.Stream, count int, f func() error) (time.Duration, erro
 	return cuda.EventElapsedTime(start, end)
 }
 
-// assembleOnlyGPU times the assemble kernel over ab's batch. It runs on an
-// executor's thread.
+// assembleOnlyGPU times the assemble kernel over ab's batch, with its
+// transforms. It runs on an executor's thread.
 func assembleOnlyGPU(ab *assembleBench) (c Ceiling, err error) {
 	k, err := ptx.Load()
 	if err != nil {
@@ -183,6 +183,19 @@ func assembleOnlyGPU(ab *assembleBench) (c Ceiling, err error) {
 	if err != nil {
 		return c, err
 	}
+	// The run's transforms (a table only when some sample has one), and
+	// the misfit status an integer output whose source may not fit needs.
+	var xfs, misfits cuda.DevicePtr
+	if t := ab.plan.Transforms(); t != nil {
+		if xfs, err = upload(ptx.TransformBytes(t)); err != nil {
+			return c, err
+		}
+	}
+	if ab.plan.NeedsCheck() {
+		if misfits, err = upload(make([]byte, ptx.MisfitStatusSize)); err != nil {
+			return c, err
+		}
+	}
 	out, err := cuda.MemAlloc(int(l.Bytes()))
 	if err != nil {
 		return c, err
@@ -195,7 +208,7 @@ func assembleOnlyGPU(ab *assembleBench) (c Ceiling, err error) {
 	defer s.Destroy()
 	const count = 20
 	el, err := timeOnStream(s, count, func() error {
-		return k.Assemble(s, ab.plan, ptx.AssembleArgs{Ops: ops, BlockOps: blocks, Arena: arena, ArenaBytes: int64(len(ab.arena)), Out: out})
+		return k.Assemble(s, ab.plan, ptx.AssembleArgs{Ops: ops, BlockOps: blocks, Transforms: xfs, Arena: arena, ArenaBytes: int64(len(ab.arena)), Out: out, Misfits: misfits})
 	})
 	if err != nil {
 		return c, err

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
@@ -165,8 +166,16 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.BatchSlots > 0 {
 		consumer += fmt.Sprintf(", %d batch slots", r.BatchSlots)
 	}
+	out := r.Dtype
+	if len(r.Sources) > 1 {
+		var each []string
+		for _, src := range r.Sources {
+			each = append(each, src.Dtype+" "+src.Name)
+		}
+		out = strings.Join(each, " + ")
+	}
 	p("run          %s of %d x %s %s after %d warm-up; %s\n",
-		length, r.BatchSize, base.Shape(r.SampleShape), r.Dtype, r.Warmup, consumer)
+		length, r.BatchSize, base.Shape(r.SampleShape), out, r.Warmup, consumer)
 	if r.Sampler == "foreground" {
 		p("sampler      foreground: %.0f%% of the boxes centred on a label voxel that is not 0\n", 100*r.ForegroundShare)
 	}
