@@ -31,7 +31,7 @@ type boxSet struct {
 	Sampler     string      `json:"sampler"` // "uniform" or "foreground"
 	Samples     []boxSample `json:"samples"` // (warmup + batches) * batch_size, warmup first
 
-	index  map[string]int                  // per image URI, its index in Arrays (boxBytes)
+	index  map[string]int                  // per image URI, its index in Arrays
 	stream func() func() (boxSample, bool) // the run's box draws from the first on, and whether each is centred on foreground
 	remote *remoteData                     // the dataset when it is not a local directory
 	// foreground counts the boxes of Samples the foreground sampler
@@ -171,9 +171,11 @@ func newBoxSet(sc *Scenario, dir string, rd *remoteData, samples []boxSample) (*
 		Dtype: srcs[0].dtype.String(), Samples: samples, remote: rd,
 		Sampler: "uniform", stream: uniformStream(sc),
 	}
+	bs.index = map[string]int{}
 	for i := range sc.Dataset.Arrays {
 		bs.Arrays = append(bs.Arrays, ArrayName(i))
 		bs.DataTypes = append(bs.DataTypes, sc.Dataset.Dtype.At(i))
+		bs.index[bs.uri(boxSample{Array: i})] = i
 	}
 	for _, s := range srcs {
 		b := boxSource{Name: s.name, Path: s.path(), Dtype: s.dtype.String(), Axes: s.axes}
@@ -242,12 +244,6 @@ func (bs *boxSet) sample(s boxSample) pipeline.Sample {
 // boxBytes is the size of the boxes of samples, every source's, in
 // their arrays' data types.
 func (bs *boxSet) boxBytes(samples []pipeline.Sample) int64 {
-	if bs.index == nil {
-		bs.index = map[string]int{}
-		for i := range bs.Arrays {
-			bs.index[bs.uri(boxSample{Array: i})] = i
-		}
-	}
 	var n int64
 	for _, s := range samples {
 		for k := range bs.Sources {
@@ -281,9 +277,6 @@ func (bs *boxSet) project(k int, s pipeline.Sample) pipeline.Sample {
 	src := &bs.Sources[k]
 	if src.Path == "" {
 		return s
-	}
-	if bs.index == nil {
-		bs.boxBytes(nil) // builds the index
 	}
 	box := make([]pipeline.Range, len(src.Axes))
 	for j, a := range src.Axes {

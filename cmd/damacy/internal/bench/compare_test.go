@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/damacy-go/damacy/cuda/cudatest"
+	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/zarr"
 )
@@ -136,13 +138,48 @@ func TestRunSources(t *testing.T) {
 	}
 }
 
-// TestRunSegmentation runs the tiny segmentation scenario as written: a u8
-// label, flips, quarter turns and normalisation. Until the engines write
-// integer outputs and apply transforms, pipeline.New refuses it and the
-// test skips saying so.
+// TestRunSegmentation runs the tiny segmentation scenario with a u8
+// label, with the transforms (flips, quarter turns, normalisation), and
+// with both, as the built-in one runs. Until the engines write integer
+// outputs and apply transforms, pipeline.New refuses them and each case
+// skips saying so; each runs as soon as its feature lands.
 func TestRunSegmentation(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		edits []string
+	}{
+		{"u8 label", noAugment},
+		{"augment", floatLabel},
+		{"both", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) { runSegmentation(t, "host", tt.edits) })
+	}
+}
+
+// TestRunSegmentationCUDA is TestRunSegmentation on the CUDA engine, with
+// the GPU ceilings.
+func TestRunSegmentationCUDA(t *testing.T) {
+	cudatest.MustHaveGPU(t)
+	_, err := nvcomp.Load()
+	cudatest.RequireNVCOMP(t, err)
+	for _, tt := range []struct {
+		name  string
+		edits []string
+	}{
+		{"float label", append(slices.Clone(noAugment), floatLabel...)},
+		{"u8 label", noAugment},
+		{"augment", floatLabel},
+		{"both", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) { runSegmentation(t, "cuda", tt.edits) })
+	}
+}
+
+// runSegmentation runs segScenario with edits on engine, verified, with
+// its comparisons and ceilings, and checks the report.
+func runSegmentation(t *testing.T, engine string, edits []string) {
 	dir := t.TempDir()
-	sc := segFile(t, dir)
+	sc := segFile(t, dir, append(slices.Clone(edits), `"engine": "host"`, `"engine": "`+engine+`"`)...)
 	rep, err := Run(context.Background(), Env{Stderr: io.Discard, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, sc,
 		Options{Verify: true, Ceilings: true, Data: filepath.Join(dir, "data")})
 	if refusedByNew(err) {
@@ -151,14 +188,14 @@ func TestRunSegmentation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Verified || rep.Augment == nil || len(rep.Sources) != 2 || rep.Sources[1].Dtype != "uint8" {
-		t.Errorf("verified %v, augment %v, sources %+v", rep.Verified, rep.Augment, rep.Sources)
+	if !rep.Verified || len(rep.Sources) != 2 || rep.Engine != strings.TrimSuffix(engine, ":0") {
+		t.Errorf("verified %v, sources %+v, engine %s", rep.Verified, rep.Sources, rep.Engine)
 	}
 	cr := rep.Compare
-	if cr == nil || cr.NoAugment == nil || cr.Apart == nil || !cr.NoAugment.Verified || !cr.Apart.Verified {
-		t.Fatalf("comparisons %+v; want both, verified", cr)
+	if cr == nil || cr.Apart == nil || !cr.Apart.Verified || cr.Apart.OutputGBps <= 0 || (sc.Run.Augment != nil) != (cr.NoAugment != nil) {
+		t.Fatalf("comparisons %+v; want apart, and without augment when the run has run.augment, verified", cr)
 	}
-	if na := cr.NoAugment; na.OutputGBps <= 0 || math.IsNaN(na.AugmentCostPct) || math.Abs(na.AugmentCostPct-100*(1-na.Ratio)) > 1e-9 {
+	if na := cr.NoAugment; na != nil && (!na.Verified || na.OutputGBps <= 0 || math.Abs(na.AugmentCostPct-100*(1-na.Ratio)) > 1e-9) {
 		t.Errorf("without augment %+v", na)
 	}
 	if rep.CeilingError != "" {
@@ -166,7 +203,11 @@ func TestRunSegmentation(t *testing.T) {
 	}
 	var text strings.Builder
 	rep.WriteText(&text)
-	for _, w := range []string{"augment      flip z p=0.5", "rot90 y-x p=0.5", "(v - 16384) / 21000", "augmentation costs"} {
+	want := []string{"one pipeline per source"}
+	if sc.Run.Augment != nil {
+		want = append(want, "augment      flip z p=0.5", "rot90 y-x p=0.5", "(v - 16384) / 21000", "augmentation costs")
+	}
+	for _, w := range want {
 		if !strings.Contains(text.String(), w) {
 			t.Errorf("text report lacks %q:\n%s", w, text.String())
 		}
