@@ -56,7 +56,7 @@ errors, and every value is checked; a message names the field at fault.
         "dtype": "uint8",            an integer zarr data type
         "chunk": [32, 64, 64],       over the image's space axes (the last
         "shard": [256, 256, 512],    2 or 3); omitted: the image's
-        "codec": "zstd",             one codec of dataset.codec's list
+        "codec": "zstd",             a codec, as dataset.codec
         "level": 3,                  its level (0: the codec's default)
         "foreground": 0.05           the share of voxels in blobs: random
                                      ellipsoids of label values 1, 2, 3
