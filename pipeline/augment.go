@@ -169,9 +169,6 @@ func (a *Augment) intensity() bool {
 	return a.Scale != [2]float64{} || a.Offset != [2]float64{} || a.Std != 0 || a.Clip
 }
 
-// augmentApplied is false until the engines apply transforms.
-const augmentApplied = false
-
 // step is one geometric step of a draw, as numpy would apply it: a flip
 // of axis flip (perm nil), or np.transpose(x, perm).
 type step struct {

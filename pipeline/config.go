@@ -260,9 +260,6 @@ func (c Config) withDefaults() (Config, error) {
 		if c.Augment, err = c.Augment.checked(srcs); err != nil {
 			return Config{}, err
 		}
-		if !augmentApplied {
-			return Config{}, errorf("new", ErrInvalid, "", "Config.Augment: the engines do not apply transforms yet")
-		}
 	}
 	// Zero buffer sizes stay zero here: each engine has its own defaults
 	// (withBuffers).

@@ -235,10 +235,10 @@ func (e *cudaEngine) layOut(cw *cudaWave, b *waveBuf, slab []byte, end int64, wh
 		}, nil); err != nil {
 			return err
 		}
-		p.plan = pl
-		ops, blocks := ptx.OpBytes(pl.Ops()), ptx.BlockOpBytes(pl.BlockOps())
-		if end+align(int64(len(ops)))+int64(len(blocks)) > int64(len(slab)) {
-			return errorf("plan", ErrBudget, "", "wave layout overflow: %d ops and %d blocks do not fit the %d-byte slab (a planning bug)", len(pl.Ops()), len(pl.BlockOps()), len(slab))
+		p.plan, p.at = pl, k
+		ops, blocks, xf := ptx.OpBytes(pl.Ops()), ptx.BlockOpBytes(pl.BlockOps()), ptx.TransformBytes(pl.Transforms())
+		if end+align(int64(len(ops)))+align(int64(len(blocks)))+int64(len(xf)) > int64(len(slab)) {
+			return errorf("plan", ErrBudget, "", "wave layout overflow: %d ops, %d blocks and %d transforms do not fit the %d-byte slab (a planning bug)", len(pl.Ops()), len(pl.BlockOps()), len(pl.Transforms()), len(slab))
 		}
 		p.opsOff = end
 		copy(slab[end:], ops)
@@ -246,6 +246,9 @@ func (e *cudaEngine) layOut(cw *cudaWave, b *waveBuf, slab []byte, end int64, wh
 		p.blkOff = end
 		copy(slab[end:], blocks)
 		end = align(end + int64(len(blocks)))
+		p.xfOff = end
+		copy(slab[end:], xf)
+		end = align(end + int64(len(xf)))
 	}
 	if end > int64(len(slab)) {
 		return errorf("plan", ErrBudget, "", "wave layout overflow: %d staging bytes of %d (a planning bug)", end, len(slab))

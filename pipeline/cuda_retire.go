@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/damacy-go/damacy/cuda"
@@ -44,6 +45,9 @@ func (e *cudaEngine) retire(ctx context.Context, in <-chan *cudaWave, out chan<-
 		for _, p := range cw.parts {
 			if p.lateDone != nil && !e.waitLate(ctx, cw, p) {
 				return
+			}
+			if p.lateDone != nil && p.lateOK && cw.err == nil && cw.buf != nil && p.err == nil {
+				p.err = e.misfits(cw.buf, p)
 			}
 			bs := p.batch
 			for _, err := range []error{cw.err, p.err} {
@@ -153,16 +157,26 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 			s.WavesShared++
 		}
 	})
-	if len(cw.ents) == 0 {
-		return
+	if len(cw.ents) > 0 {
+		sum, err := ptx.DecodeStatusSummary(b.sumHost.Bytes())
+		if err != nil {
+			cw.err = newError("decode", ErrDecode, "", err)
+			return
+		}
+		if sum.Bad > 0 {
+			if cw.err = e.redo(ctx, cw, sum); cw.err != nil {
+				return
+			}
+		}
 	}
-	sum, err := ptx.DecodeStatusSummary(b.sumHost.Bytes())
-	if err != nil {
-		cw.err = newError("decode", ErrDecode, "", err)
-		return
-	}
-	if sum.Bad > 0 {
-		cw.err = e.redo(ctx, cw, sum)
+	// The misfit statuses of the parts assembled with the wave (a late
+	// part's are read once it is assembled: retire).
+	for _, p := range live {
+		if !slices.Contains(cw.late, p) {
+			if err := e.misfits(b, p); err != nil {
+				p.err = err
+			}
+		}
 	}
 }
 

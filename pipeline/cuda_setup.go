@@ -69,6 +69,11 @@ type cudaEngine struct {
 	holders   map[*batchState]struct{} // batches holding a slot, until emitted (see dropSlots)
 }
 
+// waveStatusBytes is what a wave buffer's status allocation holds:
+// nvCOMP's status summary, then each part's misfit status (integer
+// outputs).
+const waveStatusBytes = ptx.StatusSummarySize + maxWaveParts*ptx.MisfitStatusSize
+
 // waveBuf is one device wave buffer: staging (a copy of the slab) then the
 // arena nvCOMP decodes into, both addressed from base by the assemble ops,
 // as is the chunk cache, which lies after the last wave buffer in the same
@@ -78,7 +83,7 @@ type waveBuf struct {
 	base     cuda.DevicePtr
 	arena    int64 // offset of the arena from base
 	size     int64
-	summary  cuda.DevicePtr   // ptx.StatusSummary on the device
+	summary  cuda.DevicePtr   // ptx.StatusSummary on the device, then a ptx.MisfitStatus per part (waveStatusBytes)
 	sumHost  *cuda.HostBuffer // and its pinned host copy
 	start    cuda.Event       // timing events: before the H2D copy,
 	h2d      cuda.Event       // after it,
@@ -229,10 +234,10 @@ func (e *cudaEngine) setup(withNVCOMP bool, ph *phases) error {
 		for i := range cudaWaveBufs {
 			b := &waveBuf{index: i, base: e.mem + cuda.DevicePtr(int64(i)*bufSize), arena: slab, size: bufSize}
 			e.bufs = append(e.bufs, b)
-			if b.summary, err = cuda.MemAlloc(ptx.StatusSummarySize); err != nil {
+			if b.summary, err = cuda.MemAlloc(waveStatusBytes); err != nil {
 				return err
 			}
-			if b.sumHost, err = cuda.HostAlloc(ptx.StatusSummarySize, 0); err != nil {
+			if b.sumHost, err = cuda.HostAlloc(waveStatusBytes, 0); err != nil {
 				return err
 			}
 			for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.asmStart, &b.done, &b.late} {
@@ -285,10 +290,11 @@ func (e *cudaEngine) reserve(shape []int) error {
 	}
 	// The block table of a wave has at most one entry per ElemsPerBlock
 	// output elements plus one per op: reserve the first part per wave,
-	// for as many batches' elements as a wave may carry (see stages.plan;
-	// fewer when that would take more than an eighth of the slab).
+	// and each batch's transform table, for as many batches' elements as
+	// a wave may carry (see stages.plan; fewer when that would take more
+	// than an eighth of the slab).
 	elems := e.layout.Bytes() / int64(e.layout.Dtype.Size())
-	one := align(elems/ptx.ElemsPerBlock*4 + 4096)
+	one := align(elems/ptx.ElemsPerBlock*4+4096) + align(int64(e.cfg.BatchSize)*int64(unsafe.Sizeof(ptx.Transform{})))
 	if one >= e.lim.slab/2 {
 		return errorf("new", ErrBudget, "", "a batch of %d x %v needs %d staging bytes per wave for its block table: raise Config.HostBufferBytes", e.cfg.BatchSize, shape, one)
 	}

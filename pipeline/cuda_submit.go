@@ -172,9 +172,53 @@ func (e *cudaEngine) assembleInto(b *waveBuf, p *wavePart) error {
 
 // assemble launches part p's assembly from wave buffer b into its batch's
 // slot on the assemble stream.
+// With an integer output that a source may not fit, the part's misfit
+// status is zeroed before and copied to the host after.
 func (e *cudaEngine) assemble(b *waveBuf, p *wavePart) error {
-	ops, blocks := b.base+cuda.DevicePtr(p.opsOff), b.base+cuda.DevicePtr(p.blkOff)
-	return e.kernels.Assemble(e.asmS, p.plan, ptx.AssembleArgs{Ops: ops, BlockOps: blocks, Arena: b.base, ArenaBytes: e.readable(b), Out: cuda.DevicePtr(p.batch.slot.dev)})
+	a := ptx.AssembleArgs{Ops: b.base + cuda.DevicePtr(p.opsOff), BlockOps: b.base + cuda.DevicePtr(p.blkOff),
+		Arena: b.base, ArenaBytes: e.readable(b), Out: cuda.DevicePtr(p.batch.slot.dev)}
+	if p.plan.Transforms() != nil {
+		a.Transforms = b.base + cuda.DevicePtr(p.xfOff)
+	}
+	check := p.plan.NeedsCheck()
+	if check {
+		a.Misfits = b.summary + cuda.DevicePtr(misfitAt(p))
+		if err := e.asmS.MemsetD8(a.Misfits, 0, ptx.MisfitStatusSize); err != nil {
+			return err
+		}
+	}
+	if err := e.kernels.Assemble(e.asmS, p.plan, a); err != nil {
+		return err
+	}
+	if check {
+		return e.asmS.CopyDtoH(misfitHost(b, p), a.Misfits)
+	}
+	return nil
+}
+
+// misfitAt is where part p's misfit status lies in its buffer's status
+// allocation.
+func misfitAt(p *wavePart) int64 {
+	return ptx.StatusSummarySize + int64(p.at)*ptx.MisfitStatusSize
+}
+
+// misfitHost is part p's misfit status in the pinned copy of b's.
+func misfitHost(b *waveBuf, p *wavePart) []byte {
+	at := misfitAt(p)
+	return b.sumHost.Bytes()[at : at+ptx.MisfitStatusSize]
+}
+
+// misfits returns the error of part p's values that did not fit its
+// integer output, once its assembly has completed (nil: all fit).
+func (e *cudaEngine) misfits(b *waveBuf, p *wavePart) error {
+	if p.err != nil || p.plan == nil || !p.plan.NeedsCheck() {
+		return nil
+	}
+	ms, err := ptx.DecodeMisfitStatus(misfitHost(b, p))
+	if err != nil {
+		return newError("assemble", ErrInvalid, "", err)
+	}
+	return misfitError(p.batch.req, ms, p.plan.Layout())
 }
 
 // readable is how many bytes from b's base the assemble kernel may read:

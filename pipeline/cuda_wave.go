@@ -35,6 +35,8 @@ type wavePart struct {
 	plan   *ptx.Plan
 	opsOff int64
 	blkOff int64
+	xfOff  int64 // where the plan's transform table lies in the wave buffer (with transforms)
+	at     int   // the part's index among the wave's live parts: its misfit status's place
 	err    error // the part's batch's error; a part with one is not decoded or assembled
 
 	lateDone chan struct{} // a late part (cudaWave.late): closed once assembleLate is done with it

@@ -195,6 +195,9 @@ func decodeError(j *job, err error) error {
 func (s *stages) assemblePlan(p *ptx.Plan, w *wave, off func(*job) int64, added func(job, from, to int)) (int64, error) {
 	bp := w.batch.plan
 	p.Reset()
+	if err := setTransforms(p, w.batch.req); err != nil {
+		return 0, err
+	}
 	var fills, elems int64
 	for _, ci := range w.copies {
 		c := &bp.copies[ci]
@@ -314,13 +317,6 @@ func (h *hostEngine) reserve(shape []int) error {
 	}
 	h.arena = make([]byte, h.lim.arena+cached)
 	return nil
-}
-
-func outDtype(d Dtype) ptx.Dtype {
-	if d == BF16 {
-		return ptx.BFloat16
-	}
-	return ptx.Float32
 }
 
 func toInt64s(s []int) []int64 {

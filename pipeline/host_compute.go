@@ -121,6 +121,11 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 	if err != nil {
 		return err
 	}
+	if p.NeedsCheck() {
+		if err := misfitError(w.batch.req, a.Misfits(), l); err != nil {
+			return err
+		}
+	}
 	return h.cacheWave(ctx, w)
 }
 

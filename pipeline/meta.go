@@ -23,7 +23,7 @@ type source struct {
 	dir   *zarr.DirStore // the local directory behind arr, for pread through the fd cache
 	obj   *remote.Store  // the object store behind arr, read with ranged GETs (remote.go)
 	dtype ptx.Dtype
-	fill  uint32         // fill value as float32 bits, as the kernels take it
+	fill  uint32         // fill value in the engine's output type, as the kernels take it (ptx.FillFor)
 	loc   *cache.Locator // plans through the metadata cache's LRUs
 
 	// cpuOnly is set once nvCOMP has had to refuse a good share of this
@@ -52,6 +52,7 @@ type metaCache struct {
 	versions *cache.LRU[string, cache.Version]
 	stats    *statsSink
 	maxElem  int
+	out      ptx.Dtype // the engine's output type, which fill values are given in
 
 	stores     *remote.Opener // resolves sample URIs (remote.go)
 	remoteSeen remoteCounters
@@ -64,6 +65,7 @@ func newMetaCache(cfg Config, stats *statsSink) *metaCache {
 		sizes:   cache.NewLRU[string, int64](cfg.ShardIndexCache, nil),
 		stats:   stats,
 		maxElem: cfg.MaxBytesPerElement,
+		out:     outDtype(cfg.Dtype),
 		stores:  newStores(cfg),
 	}
 	if cfg.ChunkCacheBytes > 0 {
@@ -130,7 +132,11 @@ func (m *metaCache) load(uri string, level int) (*source, error) {
 	if !ok {
 		return nil, errorf("open", ErrDtype, uri, "data type %s has no cast to float32", dt)
 	}
-	src := &source{uri: uri, arr: arr, names: names, dtype: pdt, fill: plan.FillBits(pdt, arr.FillValue())}
+	fill, err := ptx.FillFor(m.out, pdt, plan.FillValue(arr.FillValue()))
+	if err != nil {
+		return nil, newError("open", ErrDtype, uri, err)
+	}
+	src := &source{uri: uri, arr: arr, names: names, dtype: pdt, fill: fill}
 	src.dir, _ = arr.Store().(*zarr.DirStore)
 	src.loc = &cache.Locator{Store: arr.Store(), ID: uri, Sizes: m.sizes, Indexes: m.indexes, IndexLookup: m.countIndex, Versions: m.versions}
 	src.obj, _ = arr.Store().(*remote.Store)

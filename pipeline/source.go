@@ -109,8 +109,6 @@ func sourcesOf(c *Config) ([]Source, error) {
 			return bad(i, "Label", fmt.Sprintf("%q", s.Label), "a label name (no / or ?)")
 		case !s.Dtype.valid():
 			return bad(i, "Dtype", s.Dtype, "a known output type")
-		case s.Dtype.IsInteger() && !augmentApplied:
-			return bad(i, "Dtype", s.Dtype, "F32 or BF16: the engines do not write integer outputs yet")
 		case s.HostBufferBytes < 0:
 			return bad(i, "HostBufferBytes", s.HostBufferBytes, "0 or positive")
 		case s.DeviceBufferBytes < 0:

@@ -3,12 +3,15 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/writer"
 )
@@ -222,4 +225,155 @@ func TestJoinURI(t *testing.T) {
 			t.Errorf("joinURI(%q, %q) = %q, want %q", tc.uri, tc.rel, got, tc.want)
 		}
 	}
+}
+
+// applyBytes applies a transform's documented formula to a C-ordered
+// sample of elements of size bytes: y = flip(transpose(x, Perm), Flip).
+func applyBytes(x []byte, shape []int, size int, t Transform) []byte {
+	a := nd{shape: shape, data: make([]int32, len(x)/size)}
+	for i := range a.data {
+		a.data[i] = int32(i)
+	}
+	idx := a.apply(t) // the source element of every output element
+	out := make([]byte, len(x))
+	for i, j := range idx.data {
+		copy(out[i*size:(i+1)*size], x[int(j)*size:(int(j)+1)*size])
+	}
+	return out
+}
+
+// intensityBits is the documented intensity map of float32 bits.
+func intensityBits(b uint32, t Transform) uint32 {
+	v := math.Float32frombits(b)
+	r := float32(float32(v*t.Scale) + t.Offset)
+	if r < t.Low {
+		r = t.Low
+	} else if r > t.High {
+		r = t.High
+	}
+	if r != r {
+		return 0x7FC00000
+	}
+	return math.Float32bits(r)
+}
+
+// TestSourcesAugment reads an image (bf16, with intensity) and its label
+// (u8, i32, i64) with flips, quarter turns and permutations, and checks
+// both against the reference reader's read with the reported transform
+// applied by its documented formula; image and label get the same
+// geometry.
+func TestSourcesAugment(t *testing.T) {
+	rng := newTestRand(t)
+	img := imageWithLabel(t, t.TempDir(), rng.Uint64())
+	ms, _ := zarr.OpenNGFF(img)
+	ia, _ := ms.Level(0)
+	lms, _ := zarr.OpenNGFF(filepath.Join(img, "labels", "cells"))
+	la, _ := lms.Level(0)
+	for _, ldt := range []Dtype{U8, I32, I64} {
+		aug := &Augment{Seed: rng.Uint64(), Flip: []AxisChance{{1, 0.5}, {3, 0.5}}, Rot90: []PlaneChance{{[2]int{2, 3}, 0.7}},
+			Permute: []AxesChance{{[]int{1, 2, 3}, 0.3}}, Scale: [2]float64{0.5, 2}, Offset: [2]float64{-3, 3},
+			Mean: 100, Std: 30, Clip: true, ClipLow: -2, ClipHigh: 5}
+		p, err := New(Config{BatchSize: 4, Device: "cpu", Augment: aug, Sources: []Source{
+			{Name: "image", Dtype: BF16}, {Name: "label", Label: "cells", Dtype: ldt}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 6 {
+			s := Sample{URI: img, Box: randomBox(rng, ia.Shape(), []int{2, 6, 6, 6})}
+			if i%2 == 0 {
+				s.Seed = rng.Uint64()
+			}
+			if err := p.Push(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.Flush()
+		moved := 0
+		for b, err := range p.Batches(context.Background(), 2) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			it, lt := b.Tensor("image"), b.Tensor("label")
+			if lt.Info().Dtype != ldt {
+				t.Fatalf("label dtype %v, want %v", lt.Info().Dtype, ldt)
+			}
+			ib, lb := len(it.Bytes())/b.Len(), len(lt.Bytes())/b.Len()
+			for n, s := range b.Samples() {
+				xi, xl := it.Transforms()[n], lt.Transforms()[n]
+				if !xi.Intensity || xl.Intensity {
+					t.Fatalf("intensity on image %v, label %v: want image only", xi.Intensity, xl.Intensity)
+				}
+				if !xi.identity() {
+					moved++
+				}
+				box := make([]zarr.Range, len(s.Box))
+				for k, r := range s.Box {
+					box[k] = zarr.Range{Start: r.Start, Stop: r.Stop}
+				}
+				reg, err := ia.ReadRegion(box)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f32 := applyBytes(expected(reg, F32), []int{2, 6, 6, 6}, 4, xi)
+				want := make([]byte, len(f32)/2)
+				for e := range len(want) / 2 {
+					v := intensityBits(binary.LittleEndian.Uint32(f32[4*e:]), xi)
+					binary.LittleEndian.PutUint16(want[2*e:], ptx.BFloat16Bits(v))
+				}
+				if !bytes.Equal(it.Bytes()[n*ib:(n+1)*ib], want) {
+					t.Fatalf("%v: image of sample %s with %+v differs", ldt, s, xi)
+				}
+				if reg, err = la.ReadRegion(box[1:]); err != nil {
+					t.Fatal(err)
+				}
+				lab := make([]byte, len(reg.Data)*ldt.Size())
+				for e, v := range reg.Data {
+					switch ldt {
+					case U8:
+						lab[e] = v
+					case I32:
+						binary.LittleEndian.PutUint32(lab[4*e:], uint32(v))
+					case I64:
+						binary.LittleEndian.PutUint64(lab[8*e:], uint64(v))
+					}
+				}
+				if got, want := lt.Bytes()[n*lb:(n+1)*lb], applyBytes(lab, []int{6, 6, 6}, ldt.Size(), xl); !bytes.Equal(got, want) {
+					t.Fatalf("%v: label of sample %s with %+v differs", ldt, s, xl)
+				}
+			}
+			b.Release()
+		}
+		if moved == 0 {
+			t.Fatal("no sample was transformed")
+		}
+		p.Close()
+	}
+}
+
+// TestSourcesMisfit reads a uint16 image into a u8 output: values above 255
+// fail the batch with ErrDtype naming the sample; the next batch, in range,
+// comes.
+func TestSourcesMisfit(t *testing.T) {
+	rng := newTestRand(t)
+	img := imageWithLabel(t, t.TempDir(), rng.Uint64())
+	p, err := New(Config{BatchSize: 1, Device: "cpu", Sources: []Source{{Name: "image", Dtype: U8}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	whole := Sample{URI: img, Box: []Range{{0, 2}, {0, 20}, {0, 36}, {0, 40}}}
+	outside := Sample{URI: img, Box: []Range{{0, 2}, {100, 120}, {0, 36}, {0, 40}}} // all fill (0)
+	if err := p.Push(whole, outside); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Pop(context.Background())
+	if !errors.Is(err, ErrDtype) || !strings.Contains(err.Error(), "does not fit uint8") || !strings.Contains(err.Error(), whole.String()) {
+		t.Fatalf("got %v, want ErrDtype naming the sample and uint8", err)
+	}
+	t.Log(err)
+	b, err := p.Pop(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
 }

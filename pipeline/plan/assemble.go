@@ -41,11 +41,18 @@ func Dtype(t zarr.DataType) (ptx.Dtype, bool) {
 // and zarr.Plan.Fill give it) of data type dt, as the float32 bits the
 // kernels take.
 func FillBits(dt ptx.Dtype, fill []byte) uint32 {
+	return ptx.Float32Bits(dt, FillValue(fill))
+}
+
+// FillValue returns an array's fill value (little-endian bytes, as
+// zarr.Array.FillValue gives them) as the value bits the kernels' casts
+// take (ptx.Float32Bits, ptx.FillFor).
+func FillValue(fill []byte) uint64 {
 	var v uint64
 	for i := len(fill) - 1; i >= 0; i-- {
 		v = v<<8 | uint64(fill[i])
 	}
-	return ptx.Float32Bits(dt, v)
+	return v
 }
 
 // Source describes a decoded chunk of data type dt and layout l as the

@@ -1,0 +1,63 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/damacy-go/damacy/ptx"
+)
+
+// outDtype is the kernels' type of an output type.
+func outDtype(d Dtype) ptx.Dtype {
+	switch d {
+	case BF16:
+		return ptx.BFloat16
+	case U8:
+		return ptx.Uint8
+	case I32:
+		return ptx.Int32
+	case I64:
+		return ptx.Int64
+	}
+	return ptx.Float32
+}
+
+// kernelTransform is t as the assemble kernel takes it.
+func kernelTransform(t *Transform) ptx.Transform {
+	k := ptx.Identity()
+	for j, a := range t.Perm {
+		k.Perm[j] = uint8(a)
+		if t.Flip[j] {
+			k.Flips |= 1 << j
+		}
+	}
+	if t.Intensity {
+		k.Intensity, k.Scale, k.Offset, k.Lo, k.Hi = true, t.Scale, t.Offset, t.Low, t.High
+	}
+	return k
+}
+
+// setTransforms gives plan p the transforms of the batch it assembles.
+func setTransforms(p *ptx.Plan, req *batchReq) error {
+	for n := range req.xf {
+		if err := p.SetTransform(n, kernelTransform(&req.xf[n])); err != nil {
+			return newError("assemble", ErrInvalid, req.samples[n].URI, fmt.Errorf("sample %d (%s): %w", n, req.samples[n], err))
+		}
+	}
+	return nil
+}
+
+// misfitError reports the values of a batch that do not fit its integer
+// output type (nil when every one fits), naming the first one's sample.
+func misfitError(req *batchReq, ms ptx.MisfitStatus, l ptx.Layout) error {
+	err := ms.Err(l)
+	if err == nil {
+		return nil
+	}
+	var me *ptx.MisfitError
+	if errors.As(err, &me) && me.Sample >= 0 && me.Sample < len(req.samples) {
+		s := req.samples[me.Sample]
+		return newError("assemble", ErrDtype, s.URI, fmt.Errorf("sample %s: %w", s, err))
+	}
+	return newError("assemble", ErrDtype, "", err)
+}
