@@ -255,12 +255,11 @@ class Augment:
         if value is None or isinstance(value, Augment):
             return value
         if isinstance(value, Mapping):
-            try:
-                return cls(**value)
-            except TypeError as e:
-                if str(e).startswith("Augment."):
-                    raise
-                raise TypeError(f"augment: {e}") from None
+            fields = [f.name for f in dataclasses.fields(cls)]
+            unknown = sorted(str(k) for k in value if k not in fields)
+            if unknown:
+                raise TypeError(f"augment: unknown key(s) {', '.join(unknown)}; Augment's fields: {', '.join(fields)}")
+            return cls(**value)
         raise TypeError(f"augment must be None, a damacy.Augment or a dict (got {type(value).__name__})")
 
 
@@ -296,8 +295,9 @@ class Transform:
         perm: Output axis j takes input axis ``perm[j]``.
         flip: Output axis j is reversed.
         intensity: Whether the intensity map applies (to this tensor).
-        scale, offset: The map's multiplier and addend (float32 values).
-        low, high: The clip bounds, or None.
+        scale, offset: The map's multiplier and addend (float32 values; 1
+            and 0 in a batch's transforms without ``intensity``).
+        low, high: The clip bounds, or None (None without ``intensity``).
     """
 
     perm: Tuple[int, ...]
@@ -366,14 +366,19 @@ class Transform:
 
     @classmethod
     def from_wire(cls, m: Mapping[str, Any]) -> "Transform":
-        """One entry of a TENSOR's ``transforms``."""
+        """One entry of a TENSOR's ``transforms``; without ``intensity``, the
+        map's fields are left at their defaults (the sample's drawn values
+        did not apply to this tensor)."""
+        perm, flip = tuple(int(a) for a in m["perm"]), tuple(bool(f) for f in m["flip"])
+        if not m.get("intensity", False):
+            return cls(perm, flip)
         low, high = m.get("low"), m.get("high")
         return cls(
-            perm=tuple(int(a) for a in m["perm"]),
-            flip=tuple(bool(f) for f in m["flip"]),
-            intensity=bool(m.get("intensity", False)),
-            scale=float(m.get("scale", 1.0)),
-            offset=float(m.get("offset", 0.0)),
-            low=None if low is None else float(low),
-            high=None if high is None else float(high),
+            perm,
+            flip,
+            True,
+            float(m["scale"]),
+            float(m["offset"]),
+            None if low is None else float(low),
+            None if high is None else float(high),
         )
