@@ -33,7 +33,7 @@ type Options struct {
 	Data      string // the dataset's directory or remote URI, instead of the scenario's dataset.dir
 	BoxesOut  string // write the boxes read to this JSON file (for the peers)
 	Ceilings  bool   // measure the ceilings after the run
-	Verify    bool   // check the first batch popped against the reference reader
+	Verify    bool   // check the first batch popped, every tensor, against the reference reader
 	Compare   bool   // measure the comparisons (run.compare): see CompareReport
 	Profile   string // write a CPU profile (pprof) of the measured batches here
 	// Duration, when positive, runs the measured batches for this long
