@@ -186,6 +186,30 @@ func TestLabelLevels(t *testing.T) {
 	if got := l0.ChunkShape(); !slices.Equal(got, []int64{32, 64, 64}) {
 		t.Errorf("label chunks %v; want the image's [32 64 64]", got)
 	}
+	// A 2-D image's label image is 2-D.
+	flat := DatasetSpec{Arrays: 1, Shape: []int64{96, 80}, Chunk: []int64{32, 32}, Shard: []int64{96, 96},
+		Dtype: NameList{"int16"}, Codec: NameList{"zstd"}, Entropy: 0.5, Seed: 3,
+		Labels: &LabelSpec{Name: "spots", Dtype: "int32", Codec: "gzip", Foreground: 0.3}}
+	if err := flat.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ensureDataset(context.Background(), Env{Stderr: io.Discard}, &flat, filepath.Join(dir, "flat"), false); err != nil {
+		t.Fatal(err)
+	}
+	fm, err := zarr.OpenNGFF(filepath.Join(dir, "flat", "a000", "labels", "spots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, _ := fm.Level(0)
+	on := 0
+	for _, v := range slices.Collect(slices.Chunk(readAll(t, fl), 4)) {
+		if binary.LittleEndian.Uint32(v) != 0 {
+			on++
+		}
+	}
+	if !slices.Equal(fl.Shape(), []int64{96, 80}) || fl.DataType() != zarr.Int32 || on < 96*80/6 || on > 96*80/2 {
+		t.Errorf("2-D label image: %v %v, %d of %d voxels on; want [96 80] int32, about 30%%", fl.Shape(), fl.DataType(), on, 96*80)
+	}
 	fine, coarse := readAll(t, l0), readAll(t, l1)
 	s0, s1 := l0.Shape(), l1.Shape()
 	for z := range s1[0] {
