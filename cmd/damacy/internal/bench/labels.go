@@ -389,11 +389,13 @@ func brighten(data []byte, dt zarr.DataType, mask []byte) {
 		case zarr.Int64:
 			binary.LittleEndian.PutUint64(b, uint64(int64(binary.LittleEndian.Uint64(b))>>1+1<<62))
 		case zarr.Float32:
+			// The conversions keep the halving and the add two
+			// operations, so that no platform fuses them.
 			f := math.Float32frombits(binary.LittleEndian.Uint32(b))
-			binary.LittleEndian.PutUint32(b, math.Float32bits(f/2+0.5))
+			binary.LittleEndian.PutUint32(b, math.Float32bits(float32(f/2)+0.5))
 		case zarr.Float64:
 			f := math.Float64frombits(binary.LittleEndian.Uint64(b))
-			binary.LittleEndian.PutUint64(b, math.Float64bits(f/2+0.5))
+			binary.LittleEndian.PutUint64(b, math.Float64bits(float64(f/2)+0.5))
 		}
 	}
 }
