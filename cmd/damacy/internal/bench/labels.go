@@ -272,9 +272,11 @@ func newBlobs(space []int64, fraction float64, seed uint64) *blobs {
 			}
 		}
 		bl.v = byte(g.in(1, labelValues))
-		v := math.Pi * float64(bl.r[1]) * float64(bl.r[2])
+		// Each product rounded (explicit conversions), so that no
+		// platform fuses the last one with the sum.
+		v := float64(math.Pi * float64(bl.r[1]) * float64(bl.r[2]))
 		if len(space) == 3 {
-			v = 4.0 / 3 * v * float64(bl.r[0])
+			v = float64(4.0 / 3 * v * float64(bl.r[0]))
 		}
 		sum += v
 		b.list = append(b.list, bl)
