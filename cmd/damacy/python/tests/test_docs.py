@@ -231,9 +231,16 @@ EXAMPLES: Dict[str, List[Tuple[str, List[str]]]] = {
 }
 
 
+# The examples that a test file of their own runs.
+EXAMPLE_TESTS = {"train_unet3d.py": "test_train_unet3d.py"}
+
+
 def test_every_example_runs():
     found = {p.name for p in (PYDIR / "examples").glob("*.py")}
-    assert found == set(EXAMPLES), f"examples {sorted(found)}, runs for {sorted(EXAMPLES)}: update EXAMPLES"
+    runs = set(EXAMPLES) | set(EXAMPLE_TESTS)
+    assert found == runs, f"examples {sorted(found)}, runs for {sorted(runs)}: update EXAMPLES"
+    for test in EXAMPLE_TESTS.values():
+        assert (Path(__file__).parent / test).is_file(), test
 
 
 @pytest.mark.parametrize(
