@@ -158,7 +158,7 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 		}
 	})
 	if len(cw.ents) > 0 {
-		sum, err := ptx.DecodeStatusSummary(b.sumHost.Bytes())
+		sum, err := ptx.DecodeStatusSummary(b.sumHost.Bytes()[:ptx.StatusSummarySize])
 		if err != nil {
 			cw.err = newError("decode", ErrDecode, "", err)
 			return

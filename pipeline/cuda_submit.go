@@ -44,7 +44,7 @@ func (e *cudaEngine) submitDecode(cw *cudaWave) error {
 			if err := e.decode(cw); err != nil {
 				return err
 			}
-			if err := e.decodeS.CopyDtoH(b.sumHost.Bytes(), b.summary); err != nil {
+			if err := e.decodeS.CopyDtoH(b.sumHost.Bytes()[:ptx.StatusSummarySize], b.summary); err != nil {
 				return err
 			}
 		}

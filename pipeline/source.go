@@ -103,6 +103,8 @@ func sourcesOf(c *Config) ([]Source, error) {
 			return bad(i, "Name", `""`, "a non-empty name")
 		case slices.ContainsFunc(out[:i], func(o Source) bool { return o.Name == s.Name }):
 			return bad(i, "Name", fmt.Sprintf("%q", s.Name), "unique")
+		case i == 0 && (s.Path != "" || s.Label != ""):
+			return bad(i, "Path", fmt.Sprintf("%q (Label %q)", s.Path, s.Label), "empty: the first source is the sample's own array, which the box is in")
 		case s.Path != "" && s.Label != "":
 			return bad(i, "Label", fmt.Sprintf("%q", s.Label), `empty when Path is set`)
 		case strings.ContainsAny(s.Label, "/?"):

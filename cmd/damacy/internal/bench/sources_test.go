@@ -24,7 +24,7 @@ const segScenario = `{
           "sampler": {"kind": "foreground", "fraction": 0.67},
           "augment": {"seed": 1, "flip": [{"axis": "z", "p": 0.5}, {"axis": "y", "p": 0.5}, {"axis": "x", "p": 0.5}],
                       "rot90": [{"axes": ["y", "x"], "p": 0.5}], "mean": 16384, "std": 21000},
-          "compare": true, "lookahead_batches": 2, "io_threads": 2, "gpu_cap": "256MiB",
+          "compare": true, "lookahead_batches": 2, "io_threads": 2, "gpu_cap": "2GiB",
           "host_buffer": "64MiB", "device_buffer": "64MiB", "engine": "host", "seed": 1}
 }`
 
