@@ -72,13 +72,19 @@ func TestCUDASourcesAugment(t *testing.T) {
 		}
 	}
 	for _, dev := range []string{"cpu", "cuda"} {
-		p, err := New(Config{BatchSize: 2, Device: dev, Sources: []Source{{Name: "image", Dtype: U8}}})
+		p, err := New(Config{BatchSize: 1, Device: dev, Sources: []Source{{Name: "image", Dtype: U8}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		pushAll(t, p, Sample{URI: img, Box: []Range{{0, 2}, {0, 20}, {0, 36}, {0, 40}}}, Sample{URI: img, Box: []Range{{0, 2}, {0, 8}, {0, 8}, {0, 8}}})
+		pushAll(t, p, Sample{URI: img, Box: []Range{{0, 2}, {0, 20}, {0, 36}, {0, 40}}}, Sample{URI: img, Box: []Range{{0, 2}, {100, 120}, {0, 36}, {0, 40}}})
 		if _, err := p.Pop(ctx); !errors.Is(err, ErrDtype) {
 			t.Errorf("%s: u8 output of uint16 values: got %v, want ErrDtype", dev, err)
+		}
+		// The next batch (all fill, 0) fits.
+		if b, err := p.Pop(ctx); err != nil {
+			t.Errorf("%s: the batch after a misfit: %v", dev, err)
+		} else {
+			b.Release()
 		}
 		p.Close()
 	}
