@@ -815,13 +815,7 @@ def test_a_relative_path_and_an_absolute_one(serve_binary, images):
     [
         "u8",
         "i32",
-        pytest.param(
-            "i64",
-            marks=pytest.mark.xfail(
-                reason="the host engine sizes an i64 tensor's slot memfd for float32, below its host.size",
-                strict=False,
-            ),
-        ),
+        "i64",
     ],
 )
 def test_integer_label_tensors(serve_binary, images, dtype):
@@ -842,7 +836,6 @@ def test_integer_label_tensors(serve_binary, images, dtype):
                 assert b["image"].info.dtype is Dtype.BF16 and b["image"].numpy().dtype == np.uint16
 
 
-@pytest.mark.xfail(reason="integer outputs: the engines' integer kernels are not finished yet", strict=False)
 @pytest.mark.parametrize("dtype", ["u8", "i32", "i64"])
 def test_integer_label_values(serve_binary, images, dtype):
     path = images[1][0]
