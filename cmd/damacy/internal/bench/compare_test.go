@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"math"
@@ -41,22 +40,14 @@ func segFile(t *testing.T, dir string, oldnew ...string) *Scenario {
 	return sc
 }
 
-// noAugment and floatLabel edit segScenario into what the engines run
-// today: no transforms, a float label.
+// noAugment and floatLabel edit segScenario: no transforms, a float
+// label.
 var (
 	noAugment = []string{`
           "augment": {"seed": 1, "flip": [{"axis": "z", "p": 0.5}, {"axis": "y", "p": 0.5}, {"axis": "x", "p": 0.5}],
                       "rot90": [{"axes": ["y", "x"], "p": 0.5}], "mean": 16384, "std": 21000},`, ``}
 	floatLabel = []string{`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "f32"`}
 )
-
-// refusedByNew reports whether err is pipeline.New refusing what the
-// engines do not do yet (integer outputs, Config.Augment): the tests that
-// need them skip then, and run once the engines do.
-func refusedByNew(err error) bool {
-	return errors.Is(err, pipeline.ErrInvalid) &&
-		(strings.Contains(err.Error(), "do not write integer outputs yet") || strings.Contains(err.Error(), "do not apply transforms yet"))
-}
 
 // TestRunSources runs an image and its label (a float label, no
 // augmentation) through one pipeline on the host engine: both tensors are
@@ -140,9 +131,7 @@ func TestRunSources(t *testing.T) {
 
 // TestRunSegmentation runs the tiny segmentation scenario with a u8
 // label, with the transforms (flips, quarter turns, normalisation), and
-// with both, as the built-in one runs. Until the engines write integer
-// outputs and apply transforms, pipeline.New refuses them and each case
-// skips saying so; each runs as soon as its feature lands.
+// with both, as the built-in one runs.
 func TestRunSegmentation(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
@@ -182,9 +171,6 @@ func runSegmentation(t *testing.T, engine string, edits []string) {
 	sc := segFile(t, dir, append(slices.Clone(edits), `"engine": "host"`, `"engine": "`+engine+`"`)...)
 	rep, err := Run(context.Background(), Env{Stderr: io.Discard, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, sc,
 		Options{Verify: true, Ceilings: true, Data: filepath.Join(dir, "data")})
-	if refusedByNew(err) {
-		t.Skipf("pipeline.New refuses the scenario: %v", err)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,6 @@ transforms each batch reports (damacy.Transform).
   against np.flip, np.rot90 and np.transpose, the intensity ops against the
   float32 arithmetic, the label moved as the image and never rescaled,
   determinism by seed, and a resumed Loader against an uninterrupted one.
-
-The end-to-end tests skip while the server refuses Config.augment (or
-integer outputs) because the engines do not apply transforms yet, naming
-the refusal; they run as soon as the engines do.
 """
 
 from __future__ import annotations
@@ -44,12 +40,6 @@ from damacy._protocol import ProtocolError, hello_config, sample_message, tensor
 
 from fake_server import FakeServer  # noqa: E402
 from refdata import bf16_bits, bf16_isnan  # noqa: E402
-
-# The server's refusals while the engines cannot apply transforms.
-REFUSALS = (
-    "Config.Augment: the engines do not apply transforms yet",
-    "the engines do not write integer outputs yet",
-)
 
 
 # Values.
@@ -500,22 +490,10 @@ def host_config(augment: Augment, image_dtype: str = "f32", label: bool = True, 
     return damacy.Config(**base)
 
 
-def open_pipeline(cfg: damacy.Config) -> damacy.Pipeline:
-    """A Pipeline of cfg, or a skip while the server refuses augmentation
-    (or integer outputs) because the engines cannot apply it yet."""
-    try:
-        return damacy.Pipeline(cfg)
-    except damacy.InvalidArgument as e:
-        for refusal in REFUSALS:
-            if refusal in str(e):
-                pytest.skip(f"the server refuses it until the engines apply transforms: {e}")
-        raise
-
-
 def run(cfg: damacy.Config, samples: List[damacy.Sample]) -> List[Dict[str, Any]]:
     """Every sample's tensors (copies) and transforms, by source name."""
     out: List[Dict[str, Any]] = []
-    with open_pipeline(cfg) as p:
+    with damacy.Pipeline(cfg) as p:
         p.push(samples)
         p.flush()
         while len(out) < len(samples):
@@ -755,13 +733,7 @@ def grid_loader(path: str) -> damacy.Loader:
 def test_resumed_loader_equals_uninterrupted(serve_binary, images, monkeypatch):
     monkeypatch.setattr(damacy._loader, "_torch", lambda: None)  # numpy batches
     path = images["float32"][0]
-    try:
-        loader = grid_loader(path)
-    except damacy.InvalidArgument as e:
-        if any(r in str(e) for r in REFUSALS):
-            pytest.skip(f"the server refuses it until the engines apply transforms: {e}")
-        raise
-    with loader:
+    with grid_loader(path) as loader:
         loader.set_epoch(2)
         full = loader_epoch(loader)
         assert len(full) >= 4
