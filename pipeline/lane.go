@@ -26,11 +26,19 @@ type lane struct {
 }
 
 func newLane(src Source, eng engine, stats *statsSink, cfg Config) *lane {
+	// With several lanes the batch goroutine hands each batch to every
+	// lane in turn: room for the lookahead keeps one lane's planner from
+	// waiting while another has not taken its request yet (a planner
+	// that finds no next request sends its held wave alone).
+	queued := 1
+	if len(cfg.Sources) > 1 {
+		queued = cfg.LookaheadBatches
+	}
 	return &lane{
 		src:     src,
 		eng:     eng,
 		stats:   stats,
-		reqs:    make(chan *batchReq, 1),
+		reqs:    make(chan *batchReq, queued),
 		results: make(chan *result, cfg.LookaheadBatches),
 		maps:    cache.NewLRU[string, axisMap](cfg.ZarrMetaCache, nil),
 	}
