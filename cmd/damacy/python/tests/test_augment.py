@@ -447,7 +447,8 @@ def images(tmp_path_factory) -> Dict[str, Tuple[str, np.ndarray, np.ndarray]]:
         image = random_image(rng, dtype)
         label = rng.integers(0, 255, IMAGE_SHAPE, dtype=np.uint8, endpoint=True)
         write_ngff(path, image, FILL[dtype])
-        zarr.open_group(path + "/labels", mode="w", zarr_format=3).attrs["ome"] = {"version": "0.5", "labels": ["cells"]}
+        labels = zarr.open_group(path + "/labels", mode="w", zarr_format=3)
+        labels.attrs["ome"] = {"version": "0.5", "labels": ["cells"]}
         write_ngff(path + "/labels/cells", label, LABEL_FILL, {"image-label": {"version": "0.5"}})
         out[dtype] = (path, image, label)
     return out
