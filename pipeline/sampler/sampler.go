@@ -409,10 +409,22 @@ func (s *Sampler) At(epoch, i int64) (Draw, bool) {
 	if s.total > 0 && g >= s.total {
 		g %= s.total // padding repeats the epoch's first draws
 	}
+	var d Draw
 	if s.kind == Grid {
-		return s.window(g), true
+		d = s.window(g)
+	} else {
+		d = s.random(epoch, g)
 	}
-	return s.random(epoch, g), true
+	d.Sample.Seed = SampleSeed(epoch, g)
+	return d, true
+}
+
+// SampleSeed is the pipeline.Sample.Seed of global draw g of epoch (which
+// selects its transform with pipeline.Config.Augment): (epoch<<40 | g) + 1
+// modulo 2^64, distinct and never 0 for draws below 2^40 of epochs below
+// 2^24, so a resumed run gets the transforms the uninterrupted one got.
+func SampleSeed(epoch, g int64) uint64 {
+	return (uint64(epoch)<<40 | uint64(g)) + 1
 }
 
 // Draws returns up to n of this rank's draws of st.Epoch from st.Next on,

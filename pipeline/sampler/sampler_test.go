@@ -300,3 +300,23 @@ func TestKind(t *testing.T) {
 		t.Errorf("kind names %q", kindNames)
 	}
 }
+
+// TestSampleSeed checks that every draw carries its seed for augmentation:
+// a function of its epoch and global index only, distinct across both.
+func TestSampleSeed(t *testing.T) {
+	a := writeU8(t, t.TempDir(), "a.zarr", []int64{20, 20, 20}, nil, zeros)
+	s := mustNew(t, Config{Arrays: []Array{{URI: a}}, Box: []int64{4, 4, 4}, Seed: 3, Rank: 1, World: 2, SamplesPerEpoch: 21})
+	seen := map[uint64]bool{}
+	for epoch := range int64(3) {
+		for i := range s.Len() {
+			d, _ := s.At(epoch, i)
+			if d.Sample.Seed != SampleSeed(epoch, d.Index) || d.Sample.Seed == 0 || seen[d.Sample.Seed] {
+				t.Fatalf("epoch %d draw %d: seed %d (SampleSeed %d), seen before %v", epoch, i, d.Sample.Seed, SampleSeed(epoch, d.Index), seen[d.Sample.Seed])
+			}
+			seen[d.Sample.Seed] = true
+		}
+	}
+	if SampleSeed(2, 5) != 2<<40|5+1 {
+		t.Fatalf("SampleSeed(2, 5) = %d", SampleSeed(2, 5))
+	}
+}

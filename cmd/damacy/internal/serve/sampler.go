@@ -127,7 +127,7 @@ func (s *server) samplerDraw(id int64, req *request) {
 		for k, r := range d.Box {
 			box[k] = [2]int64{r.Start, r.Stop}
 		}
-		out[i] = drawMsg{URI: d.URI, Level: d.Level, Box: box, Index: d.Index, Array: d.Array, Window: d.Window, Foreground: d.Foreground}
+		out[i] = drawMsg{URI: d.URI, Level: d.Level, Box: box, Index: d.Index, Array: d.Array, Window: d.Window, Foreground: d.Foreground, Seed: d.Sample.Seed}
 	}
 	s.reply(id, map[string]any{"draws": out}, nil)
 }
@@ -155,6 +155,7 @@ type drawMsg struct {
 	Array      int        `json:"array"`
 	Window     []int64    `json:"window,omitempty"`
 	Foreground bool       `json:"foreground,omitempty"`
+	Seed       uint64     `json:"seed"` // the sample's seed for config.augment
 }
 
 // infoMsg is a sampler's info as sampler_open answers it.

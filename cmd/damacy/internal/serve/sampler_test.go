@@ -44,7 +44,7 @@ func decodeAnswer(t *testing.T, m *protoMsg) samplerAnswer {
 func wantDraws(ds []sampler.Draw) []drawMsg {
 	out := []drawMsg{}
 	for _, d := range ds {
-		m := drawMsg{URI: d.URI, Level: d.Level, Index: d.Index, Array: d.Array, Window: d.Window, Foreground: d.Foreground}
+		m := drawMsg{URI: d.URI, Level: d.Level, Index: d.Index, Array: d.Array, Window: d.Window, Foreground: d.Foreground, Seed: d.Sample.Seed}
 		for _, r := range d.Box {
 			m.Box = append(m.Box, [2]int64{r.Start, r.Stop})
 		}

@@ -359,7 +359,7 @@ class Sampler:
 def _draw(d: Mapping[str, Any]) -> Draw:
     window = d.get("window")
     return Draw(
-        sample=Sample(uri=d["uri"], aabb=[tuple(r) for r in d["box"]], level=int(d.get("level", 0))),
+        sample=Sample(uri=d["uri"], aabb=[tuple(r) for r in d["box"]], level=int(d.get("level", 0)), seed=int(d.get("seed", 0))),
         index=int(d["index"]),
         array=int(d["array"]),
         window=tuple(int(w) for w in window) if window is not None else None,
