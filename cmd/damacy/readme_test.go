@@ -110,11 +110,20 @@ func goTool(t *testing.T) string {
 }
 
 // readmeImage writes image.zarr, the OME-NGFF image the README's blocks
-// read (64 x 256 x 256 uint16), into a new directory and returns it.
+// read (64 x 256 x 256 uint16, with a uint8 label image labels/cells),
+// into a new directory and returns it.
 func readmeImage(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	mustRun(t, "gen", "--arrays", "1", "--shape", "64,256,256", "smoke", filepath.Join(dir, "gen"))
+	scenario := filepath.Join(dir, "image.json")
+	err := os.WriteFile(scenario, []byte(`{"name": "readme", "dataset": {"arrays": 1, "shape": [64, 256, 256], "chunk": [32, 64, 64],
+		"shard": [64, 128, 128], "dtype": "uint16", "codec": "zstd", "level": 3, "entropy": 0.5, "seed": 1,
+		"labels": {"name": "cells", "dtype": "uint8", "codec": "zstd", "foreground": 0.1}},
+		"run": {"batch_size": 4, "sample_shape": [32, 64, 64], "batches": 1, "dtype": "f32", "seed": 1}}`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "gen", scenario, filepath.Join(dir, "gen"))
 	if err := os.Rename(filepath.Join(dir, "gen", "a000"), filepath.Join(dir, "image.zarr")); err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +132,9 @@ func readmeImage(t *testing.T) string {
 
 // runGoBlock builds a Go block as a program of this module (a file given
 // to go build from the module's directory belongs to it) and runs it in a
-// directory holding image.zarr. The block prints the device, the shape and
-// the dtype of its batch.
+// directory holding image.zarr. A block prints the device, the shape and
+// the dtype of its batch; the block of several sources, of each of its two
+// batches' tensors, and the number of transforms.
 func runGoBlock(t *testing.T, b codeBlock) {
 	if src, err := format.Source([]byte(b.text)); err != nil || string(src) != b.text {
 		t.Errorf("README.md:%d: the Go block is not gofmt's output (%v)", b.line, err)
@@ -153,7 +163,11 @@ func runGoBlock(t *testing.T, b codeBlock) {
 		}
 		t.Fatal(err)
 	}
-	if want := regexp.MustCompile(`^(cpu|cuda:\d+) \[1 64 256 256\] bfloat16\n$`); !want.Match(out) {
+	want := regexp.MustCompile(`^(cpu|cuda:\d+) \[1 64 256 256\] bfloat16\n$`)
+	if strings.Contains(b.text, "pipeline.Source{") { // the image and its label, two batches
+		want = regexp.MustCompile(`^((cpu|cuda:\d+) \[4 32 32 32\] bfloat16 \[4 32 32 32\] uint8 4\n){2}$`)
+	}
+	if !want.Match(out) {
 		t.Errorf("README.md:%d: the program printed %q, want a match of %s", b.line, out, want)
 	}
 }
