@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"syscall"
 
 	"github.com/damacy-go/damacy/cuda"
@@ -27,6 +29,7 @@ func Main(ctx context.Context, connect func(context.Context) (*net.UnixConn, err
 		stderr = io.Discard
 	}
 	defer removeIPCFiles(stderr)
+	shareCPUs(os.Getenv, runtime.NumCPU())
 	ctx, stop := stopOnSignal(ctx, stderr)
 	defer stop()
 	conn, err := connect(ctx)
@@ -34,6 +37,27 @@ func Main(ctx context.Context, connect func(context.Context) (*net.UnixConn, err
 		return err
 	}
 	return Run(ctx, conn, opts)
+}
+
+// shareCPUs gives the Go runtime this loader's share of the host's CPUs
+// (at least 4) when a launcher runs several loaders on one host, as
+// torchrun does with LOCAL_WORLD_SIZE set to the ranks per host, unless
+// GOMAXPROCS is set: every loader then sizes its CPU workers (default
+// ComputeThreads) to its share instead of to the whole host. Measured on
+// 4 x H200 with 64 cores, 4 ranks through the Python front: 140-152 GB/s
+// together with 64 each, 184 with 16 (3.71x one rank, which is unchanged
+// at 16).
+func shareCPUs(getenv func(string) string, cpus int) {
+	if getenv("GOMAXPROCS") != "" {
+		return
+	}
+	n, err := strconv.Atoi(getenv("LOCAL_WORLD_SIZE"))
+	if err != nil || n <= 1 {
+		return
+	}
+	if share := max(4, cpus/n); share < runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(share)
+	}
 }
 
 // removeIPCFiles removes this process's files in /dev/shm, saying on
