@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/damacy-go/damacy/dlpack"
+	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/zarr/remote"
 )
 
@@ -165,6 +166,15 @@ type Config struct {
 	// each field and the environment variables behind its defaults). Its
 	// Concurrency is IOConcurrency's.
 	Remote remote.Options
+	// RemoteGapBytes is the largest gap between two chunks of one object
+	// that one ranged GET bridges (the gap's bytes stream past and are
+	// dropped, never staged): a GET costs a round trip and the server's
+	// time per request, a gap its bytes. Default 256 KiB.
+	RemoteGapBytes int64
+	// RemoteSpanBytes caps the bytes one GET spans, gaps included, so
+	// that a wave's bytes spread over IOConcurrency requests. Default
+	// 8 MiB.
+	RemoteSpanBytes int64
 	// ComputeThreads is the number of CPU decode and parse workers.
 	// Default: GOMAXPROCS.
 	ComputeThreads int
@@ -294,6 +304,18 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("IOConcurrency", c.IOConcurrency, "in 1..4096")
 	}
 	c.Remote.Concurrency = c.IOConcurrency
+	if c.RemoteGapBytes == 0 {
+		c.RemoteGapBytes = plan.RemoteGapBytes
+	}
+	if c.RemoteGapBytes < 1 || c.RemoteGapBytes > 1<<30 {
+		return bad("RemoteGapBytes", c.RemoteGapBytes, "in 1..1 GiB")
+	}
+	if c.RemoteSpanBytes == 0 {
+		c.RemoteSpanBytes = plan.RemoteSpanBytes
+	}
+	if c.RemoteSpanBytes < 1 || c.RemoteSpanBytes > 1<<30 {
+		return bad("RemoteSpanBytes", c.RemoteSpanBytes, "in 1..1 GiB")
+	}
 	if err := c.Remote.Validate(); err != nil {
 		return Config{}, newError("new", ErrInvalid, "", fmt.Errorf("Config.Remote: %w", err))
 	}

@@ -54,9 +54,8 @@ func hasRemote(reads []readOp) bool {
 }
 
 // groupRemote merges the remote read ops into GETs (in wave order, which
-// is by source, key and offset; by plan.JoinsGET) and lists the local
-// ones.
-func groupRemote(reads []readOp, slab []byte) (reqs []remoteReq, local []readOp) {
+// is by source, key and offset; by m) and lists the local ones.
+func groupRemote(reads []readOp, slab []byte, m plan.GETMerge) (reqs []remoteReq, local []readOp) {
 	for i := range reads {
 		r := &reads[i]
 		if r.src.obj == nil {
@@ -68,7 +67,7 @@ func groupRemote(reads []readOp, slab []byte) (reqs []remoteReq, local []readOp)
 			q := &reqs[n-1]
 			last := q.ranges[len(q.ranges)-1]
 			end := last.Off + int64(len(last.Buf))
-			if q.src == r.src && q.key == r.key && plan.JoinsGET(q.ranges[0].Off, end, r.offset, r.length) {
+			if q.src == r.src && q.key == r.key && m.Joins(q.ranges[0].Off, end, r.offset, r.length) {
 				q.ranges = append(q.ranges, rg)
 				q.bytes = r.offset + r.length - q.ranges[0].Off
 				continue
@@ -84,7 +83,7 @@ func groupRemote(reads []readOp, slab []byte) (reqs []remoteReq, local []readOp)
 // The first failure cancels the rest.
 func (s *stages) readRemote(ctx context.Context, w *wave, reads []readOp, slab []byte) error {
 	t := time.Now()
-	reqs, local := groupRemote(reads, slab)
+	reqs, local := groupRemote(reads, slab, plan.GETMerge{Gap: s.cfg.RemoteGapBytes, Span: s.cfg.RemoteSpanBytes})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex

@@ -306,7 +306,7 @@ func TestRemoteCoalescing(t *testing.T) {
 		{src: src, key: "k3", offset: plan.RemoteSpanBytes - 10, length: 10, slabOff: 2048 + 16<<20}, // fits the span exactly
 		{src: src, key: "k3", offset: plan.RemoteSpanBytes, length: 1, slabOff: 3 << 24},             // past it
 	}
-	reqs, local := groupRemote(reads, slab)
+	reqs, local := groupRemote(reads, slab, plan.GETMerge{Gap: plan.RemoteGapBytes, Span: plan.RemoteSpanBytes})
 	var shape []string
 	for _, q := range reqs {
 		shape = append(shape, fmt.Sprintf("%s:%d:%d", q.key, len(q.ranges), q.bytes))

@@ -8,11 +8,12 @@ import (
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 	"github.com/damacy-go/damacy/cmd/damacy/internal/bench"
+	"github.com/damacy-go/damacy/cmd/damacy/internal/netshape"
 )
 
 var cmdBench = &command{
 	name:  "bench",
-	usage: "bench [--json] [--drop-cache] [--duration D] [--compare] [--trace FILE] [--profile FILE] [--data DIR|URI] [--boxes-out FILE] [flags] SCENARIO.json",
+	usage: "bench [--json] [--drop-cache] [--duration D] [--compare] [--trace FILE] [--profile FILE] [--data DIR|URI] [--link RTT,RATE] [--boxes-out FILE] [--gets-out FILE] [flags] SCENARIO.json",
 	short: "run a benchmark scenario and report throughput, stages and ceilings",
 	long: `Bench runs a scenario: it generates the dataset if it is absent (as 'damacy
 gen' does), draws the boxes from the run's seed, streams the warm-up
@@ -42,10 +43,11 @@ and then the ceilings, measured in the same run over the same boxes:
                     range after another, as the run reads into its slabs
   GET replay        instead of the pread replay when the dataset is remote:
                     the same chunks, batch by batch, merged into ranged GETs
-                    as the run merges them (gaps up to 256 KiB, up to 8 MiB
-                    per GET), fetched through the same kind of store with as
-                    many GETs in flight as the run had (io_concurrency) into
-                    a staging buffer of up to 1 GiB
+                    as the run merges them (gaps up to run.remote_gap, by
+                    default 256 KiB; up to run.remote_span, 8 MiB, per GET),
+                    fetched through the same kind of store with as many GETs
+                    in flight as the run had (io_concurrency) into a staging
+                    buffer of up to 1 GiB
   decode-only       those chunks decoded on the CPU, one decoder per core;
                     and, when the CUDA engine decoded with nvCOMP, what it
                     sends nvCOMP of them (zstd and LZ4 chunks, the streams
@@ -64,6 +66,20 @@ s3://bucket/path' uploads it: the copy's damacy-dataset.json must be the
 scenario's (it is never generated from bench), the boxes are drawn as for
 local data (same seed, same boxes), and the report names the scheme and
 the endpoint (credentials and endpoint as for 'damacy read').
+
+--link RTT[,RATE] (say 10ms,10Gbit) reads a remote dataset through a TCP
+proxy on loopback that delays each direction by RTT/2 and caps each
+direction's bandwidth at RATE (bit/s: Gbit, Mbit, kbit), shared by every
+connection, with bandwidth x delay in flight: a far server, on one host.
+Every request of the run goes through it (plain http endpoints only); the
+report gives the bytes it carried down over the measured batches and, with
+a RATE, how busy that kept the link (bytes / (RATE x wall)), and the GET
+replay's share too.
+
+--gets-out FILE writes the GETs of the GET replay (each object's key, the
+offset and the length, in the order the replay issues them) as JSON, for a
+load generator on another client stack to issue the same
+(cmd/damacy/peers/getload).
 
 Each ceiling is also given as output GB/s (its rate scaled by the run's
 output bytes per byte it handles), and the throughput as a fraction of the
@@ -120,7 +136,8 @@ Examples:
   damacy bench epochs
   damacy bench --verify segmentation
   damacy bench --trace run.json --data /nvme/bench cmd/damacy/internal/bench/scenarios/default.json
-  damacy gen throughput s3://bucket/bench/throughput && damacy bench --data s3://bucket/bench/throughput throughput`,
+  damacy gen throughput s3://bucket/bench/throughput && damacy bench --data s3://bucket/bench/throughput throughput
+  damacy bench --data s3://bucket/bench/throughput --link 10ms,10Gbit --ceilings=false throughput`,
 	setup: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 		var o bench.Options
 		asJSON := fs.Bool("json", false, "write the report as JSON")
@@ -129,6 +146,11 @@ Examples:
 		fs.StringVar(&o.Profile, "profile", "", "write a CPU profile (go tool pprof) of the measured batches")
 		fs.StringVar(&o.Data, "data", "", "dataset directory, or the URI of a remote copy (overrides the scenario's dataset.dir)")
 		ioConc := fs.Int("io-concurrency", 0, "override run.io_concurrency: object-store requests in flight for a remote dataset")
+		var gap, span bench.ByteSize
+		fs.Var(&gap, "remote-gap", "override run.remote_gap: the largest gap between two chunks of one object that one GET bridges (256KiB, 1MiB)")
+		fs.Var(&span, "remote-span", "override run.remote_span: the most one GET spans, gaps included (8MiB)")
+		link := fs.String("link", "", "read a remote dataset through a loopback proxy shaped as RTT[,RATE]: 10ms,10Gbit")
+		fs.StringVar(&o.GetsOut, "gets-out", "", "write the GET replay's GETs (key, offset, length) to this JSON file, for a load generator")
 		fs.StringVar(&o.BoxesOut, "boxes-out", "", "write the boxes read to this JSON file (for the peers)")
 		fs.BoolVar(&o.Ceilings, "ceilings", true, "measure the ceilings after the run")
 		engine := fs.String("engine", "", "override run.engine: auto, host, cuda or cuda:N")
@@ -175,6 +197,25 @@ Examples:
 					return usagef("--io-concurrency %d: must be in 1..4096", *ioConc)
 				}
 				sc.Run.IOConcurrency = *ioConc
+			}
+			if gap != 0 {
+				if gap > 1<<30 {
+					return usagef("--remote-gap %v: must be at most 1 GiB", gap)
+				}
+				sc.Run.RemoteGap = gap
+			}
+			if span != 0 {
+				if span > 1<<30 {
+					return usagef("--remote-span %v: must be at most 1 GiB", span)
+				}
+				sc.Run.RemoteSpan = span
+			}
+			if *link != "" {
+				l, err := netshape.ParseLink(*link)
+				if err != nil {
+					return usagef("--link %v", err)
+				}
+				o.Link = &l
 			}
 			rep, err := bench.Run(ctx, e.bench(), sc, o)
 			if err != nil {

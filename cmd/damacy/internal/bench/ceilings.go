@@ -66,7 +66,13 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 			return nil, err
 		}
 		defer rg.close()
-		c, err = getReplay(ctx, rd, rg, rp, st, tr)
+		reqs := getReplayRequests(rp, getMerge(sc))
+		if o.GetsOut != "" {
+			if err := writeGETs(o.GetsOut, rd, reqs, getMerge(sc), len(rp.batches)); err != nil {
+				return nil, err
+			}
+		}
+		c, err = getReplay(ctx, rd, rg, reqs, st, tr)
 	} else {
 		if rg, err = newRig(ioThreads(sc), nil); err != nil {
 			return nil, err

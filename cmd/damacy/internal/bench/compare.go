@@ -52,6 +52,7 @@ func measureComparisons(ctx context.Context, e Env, sc *Scenario, bs *boxSet, re
 	if sc.Run.Augment != nil {
 		cfg := pipelineConfig(sc)
 		cfg.Augment, cfg.Logger = nil, e.Logger
+		bs.remote.route(&cfg)
 		var check func(int, *pipeline.Batch) error
 		if o.Verify {
 			check = func(_ int, b *pipeline.Batch) error { return verifyBatch(b, bs, first) }
@@ -68,6 +69,7 @@ func measureComparisons(ctx context.Context, e Env, sc *Scenario, bs *boxSet, re
 		seqs := make([]iter.Seq[pipeline.Sample], len(cfgs))
 		for k := range cfgs {
 			cfgs[k].Logger = e.Logger
+			bs.remote.route(&cfgs[k])
 			seqs[k] = func(yield func(pipeline.Sample) bool) {
 				for s := range bs.sequence(sc, endless) {
 					if !yield(bs.project(k, s)) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
+	"github.com/damacy-go/damacy/cmd/damacy/internal/netshape"
 	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/zarr/remote"
@@ -33,7 +34,7 @@ func openDataset(ctx context.Context, e Env, sc *Scenario, o Options) (*boxSet, 
 		if o.DropCache {
 			return nil, nil, fmt.Errorf("--drop-cache drops local files from the page cache; %s is read from its server, whose caches are its own", loc)
 		}
-		rd, err := openRemoteData(ctx, sc, loc)
+		rd, err := openRemoteData(ctx, sc, loc, o.Link)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -66,12 +67,18 @@ func openDataset(ctx context.Context, e Env, sc *Scenario, o Options) (*boxSet, 
 // bench itself reads it through (its marker, the metadata the ceilings
 // plan with, and the GET replay).
 type remoteData struct {
-	uri    string   // without a trailing slash
-	base   *url.URL // uri parsed
-	scheme string
-	opener *remote.Opener
-	store  *remote.Store
-	path   string // the dataset's path within the store
+	uri      string   // without a trailing slash
+	base     *url.URL // uri parsed (its host the proxy's, for http(s) through a shaped link)
+	scheme   string
+	endpoint string // the server's (store.Endpoint before any shaped link)
+	opener   *remote.Opener
+	store    *remote.Store
+	path     string // the dataset's path within the store
+
+	// proxy, when the run reads through a shaped link (--link), carries
+	// every request; opts are the opener's options that point at it.
+	proxy *netshape.Proxy
+	opts  remote.Options
 }
 
 // isRemote reports whether a dataset location is an object store or web
@@ -104,9 +111,10 @@ func ioConcurrency(sc *Scenario) int {
 	return pipeline.DefaultIOConcurrency
 }
 
-// openRemoteData opens the dataset at uri and checks, through its marker
-// file, that it is the scenario's dataset.
-func openRemoteData(ctx context.Context, sc *Scenario, uri string) (*remoteData, error) {
+// openRemoteData opens the dataset at uri, through a link shaped as link
+// when it is not nil, and checks, through its marker file, that it is the
+// scenario's dataset.
+func openRemoteData(ctx context.Context, sc *Scenario, uri string, link *netshape.Link) (*remoteData, error) {
 	uri = strings.TrimRight(uri, "/")
 	u, err := url.Parse(uri)
 	if err != nil {
@@ -128,8 +136,15 @@ func openRemoteData(ctx context.Context, sc *Scenario, uri string) (*remoteData,
 		return nil, err
 	}
 	rd := &remoteData{uri: uri, base: u, scheme: scheme, opener: o, store: st.(*remote.Store), path: p}
+	rd.endpoint = rd.store.Endpoint()
+	if link != nil {
+		if err := rd.shape(ctx, sc, *link); err != nil {
+			rd.close()
+			return nil, err
+		}
+	}
 	if err := rd.checkMarker(&sc.Dataset, sc.Name); err != nil {
-		o.Close()
+		rd.close()
 		return nil, err
 	}
 	return rd, nil
@@ -169,6 +184,9 @@ func (rd *remoteData) key(rel string) string { return path.Join(rd.path, rel) }
 func (rd *remoteData) close() {
 	if rd != nil {
 		rd.opener.Close()
+		if rd.proxy != nil {
+			rd.proxy.Close()
+		}
 	}
 }
 
@@ -176,16 +194,25 @@ func (rd *remoteData) close() {
 type DataSource struct {
 	Scheme      string `json:"scheme"`
 	Endpoint    string `json:"endpoint"`
-	Concurrency int    `json:"concurrency"` // requests in flight at most
+	Concurrency int    `json:"concurrency"`    // requests in flight at most
+	GapBytes    int64  `json:"gap_bytes"`      // the largest gap one GET bridges (run.remote_gap)
+	SpanBytes   int64  `json:"span_bytes"`     // the most one GET spans (run.remote_span)
+	Link        string `json:"link,omitempty"` // the shaped link read through (--link), in words
 }
 
-// source says where the boxes' dataset is read from; nil when local.
-func (bs *boxSet) source() *DataSource {
+// source says where the boxes' dataset is read from, and how; nil when
+// local.
+func (bs *boxSet) source(sc *Scenario) *DataSource {
 	rd := bs.remote
 	if rd == nil {
 		return nil
 	}
-	return &DataSource{Scheme: rd.scheme, Endpoint: rd.store.Endpoint(), Concurrency: rd.opener.Concurrency()}
+	m := getMerge(sc)
+	ds := &DataSource{Scheme: rd.scheme, Endpoint: rd.endpoint, Concurrency: rd.opener.Concurrency(), GapBytes: m.Gap, SpanBytes: m.Span}
+	if rd.proxy != nil {
+		ds.Link = rd.proxy.Link().String()
+	}
+	return ds
 }
 
 // getReq is one GET of the replay: neighbouring chunks of one object.
@@ -198,10 +225,9 @@ type getReq struct {
 }
 
 // getReplayRequests lists the GETs of every measured batch: each batch's
-// chunks (each once, sorted by object and offset) merged as the
-// pipeline's IO stage merges a wave's reads on an object store
-// (plan.JoinsGET).
-func getReplayRequests(rp *replanned) []getReq {
+// chunks (each once, sorted by object and offset) merged by m, as the
+// pipeline's IO stage merges a wave's reads on an object store.
+func getReplayRequests(rp *replanned, m plan.GETMerge) []getReq {
 	var out []getReq
 	for _, refs := range rp.batches {
 		start := len(out)
@@ -211,7 +237,7 @@ func getReplayRequests(rp *replanned) []getReq {
 				q := &out[n-1]
 				last := q.chunks[len(q.chunks)-1]
 				end := last.off + last.len
-				if q.key == c.file && plan.JoinsGET(q.chunks[0].off, end, c.off, c.len) {
+				if q.key == c.file && m.Joins(q.chunks[0].off, end, c.off, c.len) {
 					q.chunks = append(q.chunks, c)
 					q.bytes = c.off + c.len - q.chunks[0].off
 					q.wanted += c.len
@@ -255,14 +281,13 @@ func getReplayStage(reqs []getReq) int64 {
 
 // getReplay is the remote dataset's counterpart of the pread replay: the
 // chunks the measured boxes need, batch by batch, fetched with the GETs
-// the pipeline would issue for them (getReplayRequests) through the same
-// kind of store, as many in flight as the run had (io_concurrency), into
-// a staging buffer. Its rate counts the bytes transferred, gaps included,
-// as the run's read bytes do.
-func getReplay(ctx context.Context, rd *remoteData, rg *rig, rp *replanned, st pipeline.Stats, tr *tracer) (Ceiling, error) {
-	reqs := getReplayRequests(rp)
+// the pipeline would issue for them (reqs, getReplayRequests) through the
+// same kind of store, as many in flight as the run had (io_concurrency),
+// into a staging buffer. Its rate counts the bytes transferred, gaps
+// included, as the run's read bytes do.
+func getReplay(ctx context.Context, rd *remoteData, rg *rig, reqs []getReq, st pipeline.Stats, tr *tracer) (Ceiling, error) {
 	wanted := getReplayStage(reqs)
-	before := rd.opener.Stats()
+	before, link := rd.opener.Stats(), rd.linkStats()
 	var n atomic.Int64
 	t := time.Now()
 	err := rg.io.Run(ctx, len(reqs), func(i int) error {
@@ -287,6 +312,10 @@ func getReplay(ctx context.Context, rd *remoteData, rg *rig, rp *replanned, st p
 	}
 	if r := after.Retries - before.Retries; r > 0 {
 		c.Note = fmt.Sprintf("%d retries", r)
+	}
+	if rd.proxy != nil && rd.proxy.Link().BitsPerSecond > 0 {
+		busy := linkBusy(rd.proxy.Link(), rd.linkStats().Down-link.Down, el)
+		c.Note = strings.TrimPrefix(c.Note+fmt.Sprintf("; the link %.0f%% busy", 100*busy), "; ")
 	}
 	c.GBps = float64(got) / el.Seconds() / 1e9
 	if got > 0 {

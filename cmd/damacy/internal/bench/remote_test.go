@@ -197,7 +197,7 @@ func TestGetReplayRequests(t *testing.T) {
 		},
 		{ref("a", 0, 100)}, // another batch
 	}}
-	reqs := getReplayRequests(rp)
+	reqs := getReplayRequests(rp, plan.GETMerge{Gap: gap, Span: span})
 	var got []string
 	for _, q := range reqs {
 		got = append(got, fmt.Sprintf("%s:%d:%d:%d", q.key, len(q.chunks), q.bytes, q.wanted))

@@ -42,6 +42,9 @@ type Report struct {
 	// Data says where a remote dataset (DatasetDir is then its URI) was
 	// read from; nil for a local one.
 	Data *DataSource `json:"data_source,omitempty"`
+	// Link is the shaped link a remote dataset was read through (--link),
+	// over the measured batches.
+	Link *LinkReport `json:"link,omitempty"`
 	// CPU is the CPU time (user and system) of this process over the
 	// measured batches: over Wall, the cores the run kept busy.
 	CPU time.Duration `json:"cpu_ns,omitempty"`
@@ -151,9 +154,17 @@ func (r *Report) WriteText(w io.Writer) {
 		cache = "page cache dropped before the run"
 	}
 	if d := r.Data; d != nil {
-		cache = fmt.Sprintf("%s at %s, %d requests in flight at most", d.Scheme, d.Endpoint, d.Concurrency)
+		cache = fmt.Sprintf("%s at %s, %d requests in flight at most, GETs bridging gaps up to %s and spanning up to %s",
+			d.Scheme, d.Endpoint, d.Concurrency, base.FormatBytes(d.GapBytes), base.FormatBytes(d.SpanBytes))
 	}
 	p("dataset      %s (%s)\n", r.DatasetDir, cache)
+	if l := r.Link; l != nil {
+		busy := ""
+		if l.BitsPerSecond > 0 {
+			busy = fmt.Sprintf(", %.0f%% busy", 100*l.Busy)
+		}
+		p("link         %s through a loopback proxy: %.3f GB/s down over the measured batches%s\n", l.Link, l.DownGBps, busy)
+	}
 	p("engine       %s on %s, decoder %s\n", r.Engine, r.Device, r.Decoder)
 	length := fmt.Sprintf("%d batches", r.Batches)
 	if r.Duration > 0 {

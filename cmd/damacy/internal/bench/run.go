@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
+	"github.com/damacy-go/damacy/cmd/damacy/internal/netshape"
 	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/zarr/remote"
 )
@@ -36,6 +37,10 @@ type Options struct {
 	Verify    bool   // check the first batch popped, every tensor, against the reference reader
 	Compare   bool   // measure the comparisons (run.compare): see CompareReport
 	Profile   string // write a CPU profile (pprof) of the measured batches here
+	GetsOut   string // write the GET replay's GETs here (GETList; a remote dataset only)
+	// Link, when set, reads a remote dataset through a loopback proxy
+	// shaped as this link (package netshape).
+	Link *netshape.Link
 	// Duration, when positive, runs the measured batches for this long
 	// instead of the scenario's count (drawing more boxes, or more epochs),
 	// sampling memory and throughput every second.
@@ -70,6 +75,8 @@ func pipelineConfig(sc *Scenario) pipeline.Config {
 		LookaheadBatches:  r.Lookahead,
 		IOThreads:         r.IOThreads,
 		IOConcurrency:     r.IOConcurrency,
+		RemoteGapBytes:    int64(r.RemoteGap),
+		RemoteSpanBytes:   int64(r.RemoteSpan),
 		MaxGPUMemoryBytes: int64(r.GPUCap),
 		ChunkCacheBytes:   int64(r.ChunkCache),
 		MappedFileBytes:   mapped,
@@ -136,6 +143,9 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer bs.remote.close()
+	if (o.GetsOut != "" || o.Link != nil) && bs.remote == nil {
+		return nil, fmt.Errorf("--gets-out and --link apply to a remote dataset (--data s3://...), not to %s", bs.DatasetDir)
+	}
 	if gs.RawBytes > 0 {
 		tr.span(traceRowPhases, "phase", "generate dataset", t, time.Now(), nil)
 	}
@@ -156,7 +166,7 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 	rep := &Report{
 		Scenario: sc.Name, Description: sc.Description, Date: time.Now().UTC().Truncate(time.Second),
 		Host:       Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
-		DatasetDir: remote.Redact(bs.DatasetDir), Data: bs.source(), Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
+		DatasetDir: remote.Redact(bs.DatasetDir), Data: bs.source(sc), Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
 		Dtype: bs.Dtype, BatchSize: sc.Run.BatchSize, SampleShape: sc.Run.SampleShape,
 		Warmup: sc.Run.Warmup, HoldMS: sc.Run.HoldMS, Keep: sc.Run.Keep, BatchSlots: sc.Run.BatchSlots, ChunkCache: int64(sc.Run.ChunkCache), Duration: o.Duration,
 		Sampler: bs.Sampler, Augment: sc.Run.Augment,
@@ -191,6 +201,15 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 			return nil, fmt.Errorf("comparisons: %w", err)
 		}
 		rep.Compare = cr
+	}
+	if o.GetsOut != "" && !o.Ceilings {
+		rp, err := replan(ctx, bs)
+		if err == nil {
+			err = writeGETs(o.GetsOut, bs.remote, getReplayRequests(rp, getMerge(sc)), getMerge(sc), len(rp.batches))
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if o.Ceilings {
 		t := time.Now()
@@ -237,6 +256,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 	t0 := time.Now()
 	cfg := pipelineConfig(sc)
 	cfg.Logger = e.Logger
+	bs.remote.route(&cfg)
 	if tr != nil {
 		cfg.Trace = tr.pipelineSpan
 	}
@@ -258,6 +278,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 	defer prog.finish()
 	var start time.Time
 	var cpu time.Duration
+	var link netshape.Stats
 	var m *measure
 	var kept *pipeline.Batch // run.keep: the batch popped last
 	defer func() {
@@ -273,7 +294,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 	for i := 0; total == 0 || i < total; i++ {
 		if i == sc.Run.Warmup {
 			p.StatsReset()
-			start, cpu = time.Now(), processCPU()
+			start, cpu, link = time.Now(), processCPU(), bs.remote.linkStats()
 			if i > 0 {
 				tr.span(traceRowPhases, "phase", "warmup", t0, start, nil)
 			}
@@ -337,6 +358,9 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 		prog.add(1)
 	}
 	rep.Wall, rep.CPU = time.Since(start), processCPU()-cpu
+	if rd := bs.remote; rd != nil && rd.proxy != nil {
+		rep.Link = newLinkReport(rd.proxy.Link(), link, rd.linkStats(), rep.Wall)
+	}
 	pprof.StopCPUProfile() // the measured batches only (a no-op without --profile)
 	tr.span(traceRowPhases, "phase", "measured batches", start, start.Add(rep.Wall), nil)
 	st := p.Stats()

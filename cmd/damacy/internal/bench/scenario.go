@@ -79,6 +79,11 @@ errors, and every value is checked; a message names the field at fault.
       "io_concurrency": 64,          object-store requests in flight when
                                      the dataset is remote (--data s3://...);
                                      0: the default, 64
+      "remote_gap": "256KiB",        the largest gap between two chunks
+                                     of one object that one GET bridges
+                                     (0: the default, 256 KiB)
+      "remote_span": "8MiB",         the most one GET spans, gaps
+                                     included (0: the default, 8 MiB)
       "gpu_cap": "6GiB",             device memory cap (bytes or a string
                                      with B, KiB, MiB, GiB, KB, MB, GB);
                                      0: none
@@ -198,6 +203,11 @@ type RunSpec struct {
 
 	// IOConcurrency bounds the requests in flight to a remote dataset.
 	IOConcurrency int `json:"io_concurrency,omitempty"`
+	// RemoteGap and RemoteSpan say how a remote dataset's reads merge into
+	// GETs (pipeline.Config.RemoteGapBytes, RemoteSpanBytes); 0: the
+	// defaults.
+	RemoteGap  ByteSize `json:"remote_gap,omitempty"`
+	RemoteSpan ByteSize `json:"remote_span,omitempty"`
 
 	// Sources, when set, gives each batch one tensor per source.
 	Sources []SourceSpec `json:"sources,omitempty"`
@@ -289,6 +299,17 @@ func (b *ByteSize) UnmarshalJSON(data []byte) error {
 }
 
 func (b ByteSize) String() string { return base.FormatBytes(int64(b)) }
+
+// Set parses a size as the JSON string form does ("256KiB"), so that a
+// ByteSize is a flag.Value.
+func (b *ByteSize) Set(s string) error {
+	v, err := parseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
 
 // MappedFileBytes resolves run.mapped_files into Config.MappedFileBytes:
 // "" or auto 0 (the pipeline's default), off -1, else a size.

@@ -292,6 +292,12 @@ func (r *RunSpec) validate(d *DatasetSpec) error {
 	if r.IOConcurrency < 0 || r.IOConcurrency > 4096 {
 		return fieldErr("run.io_concurrency", "%d: must be in 0..4096", r.IOConcurrency)
 	}
+	if r.RemoteGap < 0 || r.RemoteGap > 1<<30 {
+		return fieldErr("run.remote_gap", "%v: must be in 0..1 GiB (0: the default)", r.RemoteGap)
+	}
+	if r.RemoteSpan < 0 || r.RemoteSpan > 1<<30 {
+		return fieldErr("run.remote_span", "%v: must be in 0..1 GiB (0: the default)", r.RemoteSpan)
+	}
 	if r.HostBuffer != 0 && r.HostBuffer < 1<<20 {
 		return fieldErr("run.host_buffer", "%v: must be at least 1 MiB (0: the default)", r.HostBuffer)
 	}
