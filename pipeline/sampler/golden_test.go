@@ -13,10 +13,10 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/golden.json")
 
 // The golden draws pin the generator: every platform, and every later
-// version, must draw these boxes from these configs. The Python client's
-// tests (cmd/damacy/python/tests/test_sampler.py) write the same fixture
-// with zarr-python, ask a damacy server for the same samplers and compare
-// with this file: keep the two fixtures equal.
+// version, must draw these boxes, with these seeds, from these configs. The
+// Python client's tests (cmd/damacy/python/tests/test_sampler.py) write the
+// same fixture with zarr-python, ask a damacy server for the same samplers
+// and compare with this file: keep the two fixtures equal.
 
 // goldenFixture writes the fixture's arrays: img0 (40x30x20) and img1
 // (17x50x9), uint8 zeros; lab0, img0's label, 1 in two boxes; lab1,
@@ -75,6 +75,7 @@ type goldenDraw struct {
 	Box        [][2]int64 `json:"box"`
 	Window     []int64    `json:"window"`
 	Foreground bool       `json:"foreground"`
+	Seed       uint64     `json:"seed"` // Sample.Seed: SampleSeed(epoch, index)
 }
 
 // goldenJSON writes the draws one per line, cases in goldenCases' order.
@@ -107,7 +108,10 @@ func TestGolden(t *testing.T) {
 	for _, c := range goldenCases {
 		draws := []goldenDraw{}
 		for _, d := range all(mustNew(t, c.cfg(paths)), c.epoch) {
-			g := goldenDraw{Array: d.Array, Index: d.Index, Window: d.Window, Foreground: d.Foreground}
+			g := goldenDraw{Array: d.Array, Index: d.Index, Window: d.Window, Foreground: d.Foreground, Seed: d.Sample.Seed}
+			if want := (uint64(c.epoch)<<40 | uint64(d.Index)) + 1; g.Seed != want {
+				t.Errorf("%s: draw %d: seed %d, want (epoch<<40 | index)+1 = %d", c.name, d.Index, g.Seed, want)
+			}
 			for _, r := range d.Box {
 				g.Box = append(g.Box, [2]int64{r.Start, r.Stop})
 			}

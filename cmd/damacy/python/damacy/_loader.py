@@ -41,10 +41,9 @@ class _Feed:
     """One epoch's draws as the pipeline pulls them: fetched from the
     sampler in blocks, each remembered until its batch comes out."""
 
-    def __init__(self, sampler: Sampler, epoch: int, start: int, end: Optional[int], seeds: bool = False) -> None:
+    def __init__(self, sampler: Sampler, epoch: int, start: int, end: Optional[int]) -> None:
         self.sampler = sampler
         self.epoch = epoch
-        self.seeds = seeds  # give each sample Loader.sample_seed(epoch, index)
         self.pos = start  # the next draw to push
         self.end = end  # None: infinite
         self.pending: Deque[Draw] = collections.deque()  # pushed, not yet in a batch
@@ -61,10 +60,7 @@ class _Feed:
                     return
                 self.pos += 1
                 self.pending.append(d)
-                if self.seeds:
-                    yield dataclasses.replace(d.sample, seed=Loader.sample_seed(self.epoch, d.index))
-                else:
-                    yield d.sample
+                yield d.sample  # its seed the server's: the draw's (epoch, index)
 
 
 class Loader:
@@ -94,10 +90,11 @@ class Loader:
     ``"position"`` (each box's start per axis) and ``"window"`` (its window
     index per axis), as int64 tensors (numpy arrays without torch).
 
-    Augmentation: with :attr:`Config.augment`, each sample is pushed with
-    the seed :meth:`sample_seed` ``(epoch, index)`` (its draw's global
-    index in the epoch), so its transform depends on the Augment's seed, the
-    epoch and the draw alone: each epoch transforms differently (a grid's
+    Augmentation: with :attr:`Config.augment`, each draw's sample is pushed
+    as it comes, with the seed the sampler gave it, ``(epoch << 40 | index)
+    + 1`` (``index`` its global index in the epoch; Go's
+    ``sampler.SampleSeed``), so its transform depends on the Augment's seed,
+    the epoch and the draw alone: each epoch transforms differently (a grid's
     windows included), every rank and every resumed run the same, and the
     dict also holds ``"transforms"``: the :class:`Transform` of each
     sample, as the first source got it (``Batch.transforms``; another
@@ -186,7 +183,7 @@ class Loader:
         end = self._end()
         if end is not None and sampler.next >= end:
             sampler.next = 0  # a finished epoch starts over
-        feed = _Feed(sampler, sampler.epoch, sampler.next, end, self.pipeline.config.augment is not None)
+        feed = _Feed(sampler, sampler.epoch, sampler.next, end)
         self._feed = self._active = feed
         self.pipeline.push(feed)
         if end is not None:
@@ -231,14 +228,6 @@ class Loader:
         if self.pipeline.config.augment is not None:
             out["transforms"] = batch.transforms
         return out
-
-    @staticmethod
-    def sample_seed(epoch: int, index: int) -> int:
-        """The seed of draw ``index`` of ``epoch`` (its :attr:`Sample.seed`,
-        with :attr:`Config.augment`): ``(epoch << 40 | index) + 1`` modulo
-        2**64: distinct, and never 0, for draws below 2**40 of epochs below
-        2**24."""
-        return ((int(epoch) << 40 | int(index)) + 1) % (1 << 64)
 
     def _drain(self) -> None:
         """Pop and drop what an iteration left early still has in the

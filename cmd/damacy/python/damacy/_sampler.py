@@ -71,7 +71,9 @@ class SamplerArray:
 
 @dataclasses.dataclass(frozen=True)
 class Draw:
-    """One drawn box: ``sample`` (ready for :meth:`Pipeline.push`), its global
+    """One drawn box: ``sample`` (ready for :meth:`Pipeline.push`; its
+    ``seed``, which selects its transform with :attr:`Config.augment`, is
+    ``(epoch << 40 | index) + 1``), its global
     ``index`` in the epoch (rank r's i-th draw is ``r + i * world_size``),
     the ``array`` it came from (an index into the sampler's arrays), for a grid
     the ``window`` index along each axis, and whether a foreground sampler

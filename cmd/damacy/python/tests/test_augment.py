@@ -13,7 +13,8 @@ transforms each batch reports (damacy.Transform).
   with a uint8 label image, written with zarr-python: every geometric op
   against np.flip, np.rot90 and np.transpose, the intensity ops against the
   float32 arithmetic, the label moved as the image and never rescaled,
-  determinism by seed, and a resumed Loader against an uninterrupted one.
+  determinism by seed, the draws' seeds a Loader pushes, and a resumed
+  Loader against an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -184,13 +185,6 @@ def test_sample_seed():
     for bad, error in [(-1, ValueError), (1 << 64, ValueError), (1.0, TypeError), (None, TypeError)]:
         with pytest.raises(error, match="seed"):
             damacy.Sample("a.zarr", [(0, 4)], seed=bad)
-
-
-def test_loader_sample_seed():
-    seed = damacy.Loader.sample_seed
-    assert seed(0, 0) == 1 and seed(0, 41) == 42 and seed(3, 5) == (3 << 40) + 6
-    seen = {seed(e, i) for e in range(4) for i in range(50)}
-    assert len(seen) == 200 and 0 not in seen
 
 
 # Transform against numpy.
@@ -710,6 +704,30 @@ def test_determinism_by_seed(serve_binary, images):
     assert [o["image_xf"] for o in other] != [a["image_xf"] for a in first]
 
 
+def test_draw_seeds(serve_binary, images, monkeypatch):
+    """Every draw's sample carries the seed (epoch << 40 | index) + 1 from
+    the server (padding repeats a draw, seed and all), and a Loader pushes
+    the samples as they come."""
+    monkeypatch.setattr(damacy._loader, "_torch", lambda: None)  # numpy batches
+    path = images["float32"][0]
+    for sampler in [
+        damacy.UniformSampler([path], BOX, seed=4, rank=1, world_size=2, samples_per_epoch=7),
+        damacy.GridSampler([path], BOX, overlap=3, rank=0, world_size=3),
+    ]:
+        with sampler:
+            for epoch in (0, 1, 5):
+                draws = sampler.draws(epoch, 0, len(sampler))
+                assert [d.sample.seed for d in draws] == [(epoch << 40 | d.index) + 1 for d in draws]
+    with grid_loader(path) as loader:
+        pushed: List[damacy.Sample] = []
+        push = loader.pipeline.push
+        monkeypatch.setattr(loader.pipeline, "push", lambda samples: push(pushed.append(s) or s for s in samples))
+        loader.set_epoch(3)
+        indices = [int(i) for b in loader for i in b["index"]]
+        assert pushed == [d.sample for d in loader.sampler.draws(3, 0, len(loader.sampler))]
+        assert [s.seed for s in pushed] == [(3 << 40 | i) + 1 for i in indices]
+
+
 def loader_epoch(loader) -> List[Dict[str, Any]]:
     """One epoch of a Loader (no torch: numpy), each batch copied."""
     out = []
@@ -738,11 +756,12 @@ def test_resumed_loader_equals_uninterrupted(serve_binary, images, monkeypatch):
         loader.set_epoch(2)
         full = loader_epoch(loader)
         assert len(full) >= 4
-        # The seeds the loader gives: Loader.sample_seed(epoch, index), as a
-        # Pipeline pushed those samples would transform them.
+        # The loader pushes the draws' samples as they come, seeds (the
+        # server's (epoch << 40 | index) + 1) included: a Pipeline pushed
+        # those samples transforms them the same.
         draws = loader.sampler.draws(2, 0, 4)
-        seeded = [damacy.Sample(d.sample.uri, d.sample.aabb, seed=damacy.Loader.sample_seed(2, d.index)) for d in draws]
-        plain = run(host_config(AUG), seeded)
+        assert [d.sample.seed for d in draws] == [(2 << 40 | d.index) + 1 for d in draws]
+        plain = run(host_config(AUG), [d.sample for d in draws])
         assert [p["image_xf"] for p in plain] == full[0]["transforms"]
         # Each epoch its own transforms, over the same windows.
         loader.set_epoch(3)

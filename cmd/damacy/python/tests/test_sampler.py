@@ -2,8 +2,8 @@
 stores written with zarr-python.
 
 The golden test writes the fixture of pipeline/sampler/golden_test.go and
-asks the server for the same samplers: Python and Go must draw the boxes
-of pipeline/sampler/testdata/golden.json.
+asks the server for the same samplers: Python and Go must draw the boxes,
+and the seeds, of pipeline/sampler/testdata/golden.json.
 """
 
 from __future__ import annotations
@@ -104,6 +104,7 @@ def as_golden(d: damacy.Draw) -> dict:
         "box": [list(r) for r in d.sample.aabb],
         "window": list(d.window) if d.window is not None else None,
         "foreground": d.foreground,
+        "seed": d.sample.seed,
     }
 
 
@@ -116,6 +117,7 @@ def test_golden(serve_binary, golden_arrays):
             s.set_epoch(epoch)
             got = [as_golden(d) for d in s]
             assert got == golden[name], name
+            assert all(d.sample.seed == (epoch << 40 | d.index) + 1 for d in s.draws(epoch, 0, len(s)))
             assert len(s) == len(golden[name])
             paths = [golden_arrays[k] for k in ("img0", "img1")]
             assert all(d.sample.uri == paths[d.array] for d in s.draws(epoch, 0, len(s)))
