@@ -304,7 +304,9 @@ func (s *server) handle(reqID *int64, req *request) {
 	if s.samplerOp(id, req) { // samplers need no pipeline
 		return
 	}
-	if req.Op != "hello" && s.p == nil {
+	// set_log_level needs no pipeline either: a sampler's own server gets
+	// one before any hello (or none).
+	if req.Op != "hello" && req.Op != "set_log_level" && s.p == nil {
 		s.fail(id, req.Op, statusErrorf(statusInval, "%s before hello: the first request must be hello", req.Op), nil)
 		return
 	}

@@ -216,3 +216,16 @@ func TestServeHost(t *testing.T) {
 		t.Errorf("%d descriptors open after serve returned, %d before", n, fdsBefore)
 	}
 }
+
+// TestServeLogLevelBeforeHello checks that set_log_level needs no hello
+// (a sampler's own server gets one before any), while pop does.
+func TestServeLogLevelBeforeHello(t *testing.T) {
+	c, done := startServe(t)
+	mustOK(t, "set_log_level before hello", c.call("set_log_level", map[string]any{"level": 3}))
+	wantError(t, "pop before hello", c.call("pop", nil), statusInval)
+	mustOK(t, "close", c.call("close", nil))
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	c.conn.Close()
+}
