@@ -30,6 +30,10 @@ type Ceiling struct {
 	// engine); such ceilings are shown but not counted as the lowest.
 	Limits bool   `json:"limits"`
 	Note   string `json:"note,omitempty"`
+	// Start is when the measurement began and CPU this process's CPU
+	// time over it (the GET replay's: the client's cost of its GETs).
+	Start time.Time     `json:"start,omitzero"`
+	CPU   time.Duration `json:"cpu_ns,omitempty"`
 }
 
 // Bounds of the ceiling measurements, so that they take seconds, not

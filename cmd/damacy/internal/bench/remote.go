@@ -289,7 +289,7 @@ func getReplay(ctx context.Context, rd *remoteData, rg *rig, reqs []getReq, st p
 	wanted := getReplayStage(reqs)
 	before, link := rd.opener.Stats(), rd.linkStats()
 	var n atomic.Int64
-	t := time.Now()
+	t, cpu := time.Now(), processCPU()
 	err := rg.io.Run(ctx, len(reqs), func(i int) error {
 		q := &reqs[i]
 		if err := rd.store.ReadRanges(ctx, q.key, q.ranges); err != nil {
@@ -298,7 +298,7 @@ func getReplay(ctx context.Context, rd *remoteData, rg *rig, reqs []getReq, st p
 		n.Add(q.bytes)
 		return nil
 	}, nil)
-	el := time.Since(t)
+	el, cpu := time.Since(t), processCPU()-cpu
 	tr.span(traceRowPhases, "ceiling", "GET replay", t, t.Add(el), map[string]any{"gets": len(reqs), "bytes": n.Load()})
 	if err != nil {
 		return Ceiling{}, fmt.Errorf("GET replay: %w", err)
@@ -306,12 +306,15 @@ func getReplay(ctx context.Context, rd *remoteData, rg *rig, reqs []getReq, st p
 	after := rd.opener.Stats()
 	got := n.Load()
 	c := Ceiling{
-		Name: "GET replay", Of: "read", Bytes: got, Time: el, Limits: true,
+		Name: "GET replay", Of: "read", Bytes: got, Time: el, Limits: true, Start: t, CPU: cpu,
 		Detail: fmt.Sprintf("%d in flight, %d GETs of %s (%.0f%% of it chunks)", rg.io.Size(), len(reqs),
 			base.FormatBytes(got/int64(max(len(reqs), 1))), 100*float64(wanted)/float64(max(got, 1))),
 	}
 	if r := after.Retries - before.Retries; r > 0 {
 		c.Note = fmt.Sprintf("%d retries", r)
+	}
+	if el > 0 {
+		c.Note = strings.TrimPrefix(c.Note+fmt.Sprintf("; client CPU %.1f cores", cpu.Seconds()/el.Seconds()), "; ")
 	}
 	if rd.proxy != nil && rd.proxy.Link().BitsPerSecond > 0 {
 		busy := linkBusy(rd.proxy.Link(), rd.linkStats().Down-link.Down, el)

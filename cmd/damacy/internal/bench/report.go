@@ -48,6 +48,10 @@ type Report struct {
 	// CPU is the CPU time (user and system) of this process over the
 	// measured batches: over Wall, the cores the run kept busy.
 	CPU time.Duration `json:"cpu_ns,omitempty"`
+	// MeasuredStart is when the measured batches began (the stats
+	// reset), so that a script can match the run with what another
+	// process (a server) did meanwhile.
+	MeasuredStart time.Time `json:"measured_start"`
 
 	Startup      time.Duration `json:"startup_ns"`     // from the call to pipeline.New until the first Pop returned
 	StartupNew   time.Duration `json:"startup_new_ns"` // of which pipeline.New

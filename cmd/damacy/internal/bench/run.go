@@ -357,7 +357,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 		}
 		prog.add(1)
 	}
-	rep.Wall, rep.CPU = time.Since(start), processCPU()-cpu
+	rep.Wall, rep.CPU, rep.MeasuredStart = time.Since(start), processCPU()-cpu, start
 	if rd := bs.remote; rd != nil && rd.proxy != nil {
 		rep.Link = newLinkReport(rd.proxy.Link(), link, rd.linkStats(), rep.Wall)
 	}
