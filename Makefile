@@ -20,7 +20,7 @@ FAKE_GCS_DIR     := $(CURDIR)/.cache/fake-gcs-server
 DAMACY_PYTHON ?= $(if $(wildcard $(CURDIR)/.venv/bin/python),$(CURDIR)/.venv/bin/python,)
 export DAMACY_PYTHON
 
-.PHONY: all build test lint nocgo demo ptx gpu-bins nvcomp-fetch minio fake-gcs bench clean
+.PHONY: all build test lint nocgo demo ptx gpu-bins nvcomp-fetch minio fake-gcs getload remote-bins test-getload bench clean
 
 all: build
 
@@ -31,6 +31,7 @@ build:
 # (race detector on; the detector itself needs cgo, the product does not).
 test: lint nocgo
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 45m $(PKGS)
+	$(MAKE) --no-print-directory test-getload
 	$(MAKE) --no-print-directory test-python
 
 lint:
@@ -105,11 +106,33 @@ fake-gcs:
 	  echo "$(FAKE_GCS_VERSION)" >$(FAKE_GCS_DIR)/VERSION; \
 	fi
 
+# The GET load generator on minio-go (cmd/damacy/peers/getload), into bin/.
+# It is a module of its own, so that damacy's module does not depend on
+# minio-go.
+getload:
+	cd cmd/damacy/peers/getload && CGO_ENABLED=0 $(GO) build -trimpath -o $(CURDIR)/bin/getload .
+
+# Vet and test it (make test runs this; its modules come from the proxy).
+test-getload:
+	cd cmd/damacy/peers/getload && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# What cmd/damacy/peers/remote_sweep.py needs on a host without Go, in
+# .gpu-remote/: damacy, getload and the pinned MinIO, for linux/amd64,
+# cgo-free, stripped and gzipped (the script unpacks them); with
+# .gpu/nvcomp/ (make nvcomp-fetch) for GPU decoding.
+remote-bins: minio
+	@mkdir -p .gpu-remote && rm -f .gpu-remote/damacy* .gpu-remote/getload* .gpu-remote/minio*
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o .gpu-remote/damacy ./cmd/damacy
+	cd cmd/damacy/peers/getload && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/.gpu-remote/getload .
+	cp $(MINIO_DIR)/minio .gpu-remote/minio
+	gzip -6 -f .gpu-remote/damacy .gpu-remote/getload .gpu-remote/minio
+	@du -sh .gpu-remote
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 clean:
-	rm -rf bin .gpu
+	rm -rf bin .gpu .gpu-remote
 
 # The Python package (cmd/damacy/python): platform wheels that carry the
 # damacy binary (one per architecture, written into dist/), and its tests.

@@ -90,9 +90,10 @@ def sigv4_request(method, endpoint, path, access, secret, body=b""):
 
 
 class MinIO:
-    """A MinIO server on 127.0.0.1, stopped by stop()."""
+    """A MinIO server on 127.0.0.1 (on the CPUs cpus, when given), stopped
+    by stop()."""
 
-    def __init__(self, binary, data_dir, port, log_path):
+    def __init__(self, binary, data_dir, port, log_path, cpus=None):
         self.access = "damacybench"
         self.secret = secrets.token_hex(16)
         self.port = port or free_port()
@@ -126,6 +127,9 @@ class MinIO:
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            # Pinned before exec, so that every thread of the server
+            # inherits the set (cpus: None for all).
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
         deadline = time.time() + 90
         while True:

@@ -1,0 +1,168 @@
+"""The markdown tables of remote_sweep.py's results (sweep.json).
+
+    python3 cmd/damacy/peers/sweep_report.py OUT/sweep.json   # prints them again
+"""
+
+import json
+import sys
+
+
+def _f(x, fmt="%.2f"):
+    return "-" if x is None else fmt % x
+
+
+def _bytes(n):
+    for unit, d in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= d:
+            return "%.1f %s" % (n / d, unit) if unit != "GB" else "%.2f GB" % (n / d)
+    return "%d B" % n
+
+
+def _ibytes(n):
+    """A merge setting in binary units, as given: 256 KiB, 8 MiB."""
+    for unit, d in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= d and n % (d // 4) == 0:
+            return ("%g " % (n / d)) + unit
+    return "%d B" % n
+
+
+def _table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def _replay_for(res, point):
+    """The run whose GET replay issued the same GETs as a getload point."""
+    rows = res["runs"] if point["list"] == "default" else [r for r in res["coalesce"] if r["name"] == point["list"]]
+    for r in rows:
+        if r.get("concurrency") == point["concurrency"] and "replay" in r:
+            return r
+    return None
+
+
+def _getload_for(res, run, name):
+    for p in res["getload"]:
+        if p["list"] == name and p["concurrency"] == run.get("concurrency"):
+            return p
+    return None
+
+
+def markdown(res):
+    h, sc = res.get("host", {}), res.get("scenario", {})
+    ds, rn = sc.get("dataset", {}), sc.get("run", {})
+    md = ["# remote_sweep results\n"]
+    md.append("- host: %s CPUs; MinIO pinned to %s, the clients to %s; GPUs: %s; engine %s, decoder %s\n" % (
+        h.get("cpus"), cpus_text(h.get("server_cpus")), cpus_text(h.get("client_cpus")), ", ".join(h.get("gpus") or []) or "none",
+        h.get("engine"), h.get("decoder")))
+    md.append("- MinIO: %s\n" % " ".join(h.get("minio") or []))
+    md.append("- scenario %s: %s arrays of %s %s, chunks %s in shards %s, %s; %s x %s boxes per batch, %s batches "
+              "after %s warm-up; generated and uploaded in %s s; the sweep took %.0f s\n" % (
+                  sc.get("name"), ds.get("arrays"), ds.get("shape"), ds.get("dtype"), ds.get("chunk"), ds.get("shard"),
+                  ds.get("codec"), rn.get("batch_size"), rn.get("sample_shape"), rn.get("batches"), rn.get("warmup"),
+                  _f(res.get("gen_s"), "%.0f"), res.get("elapsed_s", 0)))
+    if res.get("skipped"):
+        md.append("- skipped (past --budget): %s\n" % "; ".join(res["skipped"]))
+
+    md.append("\n## MinIO's GET ceiling: the same GETs through minio-go (getload) and damacy's client (GET replay)\n\n")
+    rows = []
+    for p in res.get("getload", []):
+        r = _replay_for(res, p)
+        rp = r["replay"] if r else None
+        rows.append([
+            p["list"], _bytes(p["mean_get"]), p["concurrency"], "**%.2f**" % p["gbps"], "%.0f" % p["gets_per_s"],
+            "%.2f (%.2f)" % (p["cores"], p["cpu_s_per_gb"]), "%.1f (%.2f)" % (p["minio"]["cores"], p["minio"]["cpu_s_per_gb"]),
+            "%.1f / %.1f" % (p["p50_ms"], p["p99_ms"]), "" if p["complete"] else "cut at %.0f s" % p["wall_s"],
+            _f(rp and rp["read_gbps"]), rp and "%.2f (%.2f)" % (rp["cores"], rp["cpu_s_per_gb"]) or "-",
+            rp and "%.1f (%.2f)" % (rp["minio"]["cores"], rp["minio"]["cpu_s_per_gb"]) or "-",
+        ])
+    md.append(_table(["GET list", "mean GET", "in flight", "getload GB/s", "GETs/s", "getload cores (CPU s/GB)",
+                      "MinIO cores (CPU s/GB)", "GET p50 / p99 ms", "note", "damacy replay GB/s",
+                      "replay client cores (s/GB)", "MinIO cores in replay (s/GB)"], rows))
+
+    md.append("\n## damacy bench over s3:// (measured batches)\n\n")
+    lc = res.get("local")
+    if lc:
+        md.append("From the local files, the same boxes: **%.2f** GB/s of output (%.2f read) on %.1f cores (%s / %s).\n\n"
+                  % (lc["output_gbps"], lc["read_gbps"], lc["cores"], lc["engine"], lc["decoder"]))
+    md.append("Client cores are the whole process's (decoding and assembly included); the GET replay's, above, are "
+              "its requests' alone.\n\n")
+    rows = []
+    for r in res.get("runs", []) + res.get("coalesce", []):
+        lst = "default" if r in res.get("runs", []) else r["name"]
+        g = _getload_for(res, r, lst)
+        d = r.get("data") or {}
+        rows.append([
+            r["name"], r.get("concurrency"), "%s / %s" % (_ibytes(d.get("gap_bytes", 0)), _ibytes(d.get("span_bytes", 0))),
+            "**%.2f**" % r["output_gbps"], "%.2f" % r["read_gbps"], "%.2f" % r["read_amp"], r["gets"], _bytes(r["mean_get"]),
+            "%.1f (%.2f)" % (r["cores"], r["cpu_s_per_gb"]), "%.1f (%.2f)" % (r["minio"]["cores"], r["minio"]["cpu_s_per_gb"]),
+            _pct(r["read_gbps"], r.get("replay", {}).get("read_gbps")), _pct(r["read_gbps"], g and g["gbps"]),
+            _pct(r["output_gbps"], lc and lc["output_gbps"]), "%s / %s" % (r["engine"], r["decoder"]),
+        ])
+    md.append(_table(["run", "in flight", "gap / span", "output GB/s", "read GB/s", "read amp.", "GETs", "mean GET",
+                      "client cores (CPU s per GB read)", "MinIO cores (s/GB)", "read / replay", "read / getload",
+                      "s3 / local", "engine / decoder"], rows))
+
+    ld = res.get("loaders")
+    if ld:
+        md.append("\n## %d loaders at once on one MinIO (%d GPUs)\n\n" % (len(ld["each"]), ld["gpus"]))
+        rows = [[r["name"], r["device"], r["cpus"], "%.2f" % r["output_gbps"], "%.2f" % r["read_gbps"], "%.1f" % r["cores"],
+                 "%.1f s" % r["wall_s"]] for r in ld["each"]]
+        rows.append(["**sum**", "", "", "**%.2f**" % ld["sum_output_gbps"], "%.2f" % ld["sum_read_gbps"], "", ""])
+        md.append(_table(["loader", "device", "CPUs", "output GB/s", "read GB/s", "client cores", "measured"], rows))
+        md.append("\nMinIO over the %.1f s from the first start to the last end: %.1f cores; over the %.1f s all ran: %s "
+                  "cores.\n" % (ld["window_s"], ld["minio"]["cores"], ld["overlap_s"],
+                                _f(ld["minio_all_on"] and ld["minio_all_on"]["cores"], "%.1f")))
+
+    if res.get("link"):
+        md.append("\n## Through a shaped link (damacy bench --link; a loopback proxy)\n\n")
+        rows = []
+        for r in res["link"]:
+            lk = r.get("link") or {}
+            rows.append([r["rtt"], r["rate"], r["concurrency"], "%.2f" % r["output_gbps"], "%.3f" % lk.get("down_gbps", 0),
+                         "**%.0f%%**" % (100 * lk.get("busy", 0)), r["gets"], _bytes(r["mean_get"]), "%.1f" % r["cores"]])
+        md.append(_table(["RTT", "rate each way", "in flight", "output GB/s", "link down GB/s", "link busy",
+                          "GETs", "mean GET", "client cores"], rows))
+
+    md.append("\n## Targets\n\n" + _targets(res))
+    return "".join(md)
+
+
+def _targets(res):
+    out = []
+    for r in res.get("runs", []):
+        g = _getload_for(res, r, "default")
+        if g:
+            out.append("- %d in flight: the run reads at %s of getload's rate on the same GETs (target >= 85%%, or >= 30 "
+                       "GB/s of output: %.2f)\n" % (r["concurrency"], _pct(r["read_gbps"], g["gbps"]), r["output_gbps"]))
+        out.append("- %d in flight: the client spends %.2f CPU s per GB read (target <= 0.5)\n"
+                   % (r["concurrency"], r["cpu_s_per_gb"]))
+    for r in res.get("link", []):
+        if r["rtt"] == "10ms":
+            out.append("- 10 ms RTT, %d in flight: the link %.0f%% busy (target >= 80%%)\n"
+                       % (r["concurrency"], 100 * (r.get("link") or {}).get("busy", 0)))
+    out.append("- tensorstore's s3 (target: damacy >= 3x it): measured by remote_compare.py, not here\n")
+    return "".join(out)
+
+
+def _pct(a, b):
+    return "%.0f%%" % (100 * a / b) if a and b else "-"
+
+
+def cpus_text(cpus):
+    """A CPU list as ranges: 0-15,32-47."""
+    if not cpus:
+        return "-"
+    out, i = [], 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        out.append(str(cpus[i]) if i == j else "%d-%d" % (cpus[i], cpus[j]))
+        i = j + 1
+    return ",".join(out)
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as f:
+        sys.stdout.write(markdown(json.load(f)))
