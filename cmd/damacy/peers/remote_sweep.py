@@ -180,7 +180,7 @@ class Sweep:
             "read_gbps": rep["wire_gbps"], "read_amp": rep["read_amplification"], "wall_s": wall,
             "start": start, "cores": rep.get("cpu_ns", 0) / 1e9 / wall,
             "cpu_s_per_gb": rep.get("cpu_ns", 0) / 1e9 / max(c["bytes_read"] / 1e9, 1e-9),
-            "gets": c.get("remote_requests", 0), "retries": c.get("remote_retries", 0),
+            "gets": c.get("remote_requests", 0), "retries": c.get("remote_retries", 0), "bytes_read": c["bytes_read"],
             "mean_get": c["bytes_read"] / max(c.get("read_ops", 1), 1), "engine": rep["engine"],
             "decoder": rep["decoder"], "device": rep["device"], "data": rep.get("data_source"), "link": rep.get("link"),
             "minio": self.minio_cpu.over(start, start + wall),
@@ -331,6 +331,8 @@ class Sweep:
                 extra += ["--profile", self.o("profile-run-c%d.pprof" % c)]
             row = self.bench("c%d" % c, extra)
             row["concurrency"] = c
+            if c == self.a.profile_concurrency:
+                row["profile"] = "profile-run-c%d.pprof" % c
             self.res["runs"].append(row)
 
     def part_getload(self):
@@ -362,7 +364,7 @@ class Sweep:
         per = max(len(cpus) // n, 1)
         procs = []
         for i in range(n):
-            engine = "cuda:%d" % (i % self.gpus) if self.gpus else "host"
+            engine = self.a.engine or ("cuda:%d" % (i % self.gpus) if self.gpus else "host")
             mine = cpus if self.a.loaders_share_cpus else cpus[i * per:(i + 1) * per] or cpus[-per:]
             path = self.variant("loader%d" % i, lambda sc: sc["run"].update(seed=sc["run"].get("seed", 1) + 1000 * (i + 1)))
             cmd = [self.bins["damacy"], "bench", "--json", "--ceilings=false", "--engine", engine, "--data", self.uri, path]

@@ -103,6 +103,11 @@ def markdown(res):
                       "client cores (CPU s per GB read)", "MinIO cores (s/GB)", "read / replay", "read / getload",
                       "s3 / local", "engine / decoder"], rows))
 
+    for r in res.get("runs", []):
+        if r.get("profile"):
+            md.append("\nCPU profile of the run at %d in flight (its measured batches): %s; where its time goes, "
+                      "with Go: `cmd/damacy/peers/profile_split.sh %s %.3f` (the GB it read).\n"
+                      % (r["concurrency"], r["profile"], r["profile"], r["bytes_read"] / 1e9))
     ld = res.get("loaders")
     if ld:
         md.append("\n## %d loaders at once on one MinIO (%d GPUs)\n\n" % (len(ld["each"]), ld["gpus"]))

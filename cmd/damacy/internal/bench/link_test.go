@@ -50,9 +50,12 @@ func TestRunLink(t *testing.T) {
 		t.Errorf("data source %+v; want %s through %s", rep.Data, srv.URL, link)
 	case rep.Data.GapBytes != plan.RemoteGapBytes || rep.Data.SpanBytes != plan.RemoteSpanBytes:
 		t.Errorf("data source %+v; want the default merge", rep.Data)
-	case rep.Link == nil || rep.Link.Down < c["bytes_read"] || rep.Link.Up <= 0 || rep.Link.Conns < 1:
-		t.Errorf("link %+v; want at least the %d bytes read down", rep.Link, c["bytes_read"])
-	case rep.Link.Busy <= 0 || rep.Link.Busy > 1.05 || rep.Link.RTT != link.RTT:
+	// The link's bytes and the pipeline's are counted at different
+	// moments (a GET as it arrives, a wave when its last GET is in), so
+	// over the measured batches they agree only roughly.
+	case rep.Link == nil || rep.Link.Down < c["bytes_read"]/2 || rep.Link.Down > 2*c["bytes_read"]+1<<20 || rep.Link.Up <= 0 || rep.Link.Conns < 1:
+		t.Errorf("link %+v; want about the %d bytes read down", rep.Link, c["bytes_read"])
+	case rep.Link.Busy <= 0 || rep.Link.Busy > 1.5 || rep.Link.RTT != link.RTT: // a short window can take in what the link held before it
 		t.Errorf("link %+v: busy %.3f", rep.Link, rep.Link.Busy)
 	}
 	var replay *Ceiling
