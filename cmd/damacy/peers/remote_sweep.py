@@ -36,16 +36,13 @@ Python standard library is used.
 """
 
 import argparse
-import datetime
 import glob
 import gzip
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -75,52 +72,6 @@ def cpu_list(s):
     return sorted(set(out))
 
 
-def parse_time(s):
-    """A Go time (RFC 3339 with up to nanoseconds) as seconds since the epoch."""
-    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", s)
-    if not m:
-        raise ValueError("not a time: %r" % s)
-    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
-    t = datetime.datetime.fromisoformat(m.group(1) + tz).timestamp()
-    return t + float("0." + (m.group(2) or "0"))
-
-
-class CPUSampler:
-    """Samples a process's CPU time every 0.1 s, to charge it to windows."""
-
-    def __init__(self, read):
-        self.read, self.samples, self.stop_ = read, [], threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        while not self.stop_.is_set():
-            try:
-                self.samples.append((time.time(), self.read()))
-            except OSError:
-                return
-            self.stop_.wait(0.1)
-
-    def at(self, t):
-        s = self.samples
-        if not s:
-            return 0.0
-        for i in range(1, len(s)):
-            if s[i][0] >= t:
-                (t0, c0), (t1, c1) = s[i - 1], s[i]
-                return c0 + (c1 - c0) * (t - t0) / max(t1 - t0, 1e-9) if t > t0 else c0
-        return s[-1][1]
-
-    def over(self, t0, t1):
-        """CPU seconds between t0 and t1, and as cores."""
-        cpu = max(self.at(t1) - self.at(t0), 0.0)
-        return {"cpu_s": cpu, "cores": cpu / max(t1 - t0, 1e-9)}
-
-    def stop(self):
-        self.stop_.set()
-        self.thread.join()
-
-
 class Sweep:
     def __init__(self, args):
         self.a = args
@@ -128,8 +79,16 @@ class Sweep:
         self.work = os.path.abspath(args.work)
         self.out = os.path.abspath(args.out or os.environ.get("OUT") or os.path.join(self.work, "out"))
         os.makedirs(self.out, exist_ok=True)
-        self.res = {"args": vars(args), "skipped": [], "local": None, "runs": [], "getload": [], "coalesce": [],
-                    "loaders": None, "link": []}
+        self.res = {
+            "args": vars(args),
+            "skipped": [],
+            "local": None,
+            "runs": [],
+            "getload": [],
+            "coalesce": [],
+            "loaders": None,
+            "link": [],
+        }
         self.uri = "s3://damacy/sweep"
 
     def left(self):
@@ -153,8 +112,13 @@ class Sweep:
         its stdout, also written to out."""
         log("[%4.0f s] $ %s" % (time.time() - self.t0, " ".join(cmd)))
         t = time.time()
-        p = subprocess.run(cmd, env=self.env, stdout=subprocess.PIPE, preexec_fn=self.pin(cpus or self.a.client_cpus),
-                           timeout=max(self.left(), 0) + 300)
+        p = subprocess.run(
+            cmd,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            preexec_fn=self.pin(cpus or self.a.client_cpus),
+            timeout=max(self.left(), 0) + 300,
+        )
         if p.returncode != 0:
             raise SystemExit("remote_sweep: %s exited with status %d" % (cmd[0], p.returncode))
         log("  %.1f s" % (time.time() - t))
@@ -164,42 +128,27 @@ class Sweep:
         return p.stdout
 
     def bench(self, name, extra, scenario=None, cpus=None):
-        cmd = [self.bins["damacy"], "bench", "--json", "--data", self.uri] + extra + [scenario or self.scenario]
+        cmd = (
+            [self.bins["damacy"], "bench", "--json", "--data", self.uri] + extra + [scenario or self.scenario]
+        )
         if self.a.engine:
             cmd[2:2] = ["--engine", self.a.engine]
         rep = json.loads(self.run(cmd, self.o("bench-%s.json" % name), cpus))
-        return self.bench_row(name, rep)
+        return self.row(name, rep)
 
-    def bench_row(self, name, rep):
-        """The figures of one run, with MinIO's CPU over its windows."""
-        c = rep["stats"]["counters"]
-        wall = rep["wall_ns"] / 1e9
-        start = parse_time(rep["measured_start"])
-        row = {
-            "name": name, "report": "bench-%s.json" % name, "output_gbps": rep["output_gbps"],
-            "read_gbps": rep["wire_gbps"], "read_amp": rep["read_amplification"], "wall_s": wall,
-            "start": start, "cores": rep.get("cpu_ns", 0) / 1e9 / wall,
-            "cpu_s_per_gb": rep.get("cpu_ns", 0) / 1e9 / max(c["bytes_read"] / 1e9, 1e-9),
-            "gets": c.get("remote_requests", 0), "retries": c.get("remote_retries", 0), "bytes_read": c["bytes_read"],
-            "mean_get": c["bytes_read"] / max(c.get("read_ops", 1), 1), "engine": rep["engine"],
-            "decoder": rep["decoder"], "device": rep["device"], "data": rep.get("data_source"), "link": rep.get("link"),
-            "minio": self.minio_cpu.over(start, start + wall),
-        }
-        row["minio"]["cpu_s_per_gb"] = row["minio"]["cpu_s"] / max(c["bytes_read"] / 1e9, 1e-9)
-        for cl in rep.get("ceilings") or []:
-            if cl["name"] == "GET replay":
-                t0 = parse_time(cl["start"])
-                t = cl["time_ns"] / 1e9
-                row["replay"] = {
-                    "read_gbps": cl["gbps"], "output_gbps": cl["output_gbps"], "detail": cl["detail"],
-                    "cores": cl.get("cpu_ns", 0) / 1e9 / t,
-                    "cpu_s_per_gb": cl.get("cpu_ns", 0) / 1e9 / max(cl["bytes"] / 1e9, 1e-9),
-                    "minio": self.minio_cpu.over(t0, t0 + t),
-                }
-                row["replay"]["minio"]["cpu_s_per_gb"] = row["replay"]["minio"]["cpu_s"] / max(cl["bytes"] / 1e9, 1e-9)
-        log("  %s: %.3f GB/s of output, %.3f GB/s read, client %.1f cores, MinIO %.1f cores%s"
-            % (name, row["output_gbps"], row["read_gbps"], row["cores"], row["minio"]["cores"],
-               "; GET replay %.3f GB/s read" % row["replay"]["read_gbps"] if "replay" in row else ""))
+    def row(self, name, rep):
+        row = sweep_report.bench_row(name, rep, self.minio_cpu)
+        log(
+            "  %s: %.3f GB/s of output, %.3f GB/s read, client %.1f cores, MinIO %.1f cores%s"
+            % (
+                name,
+                row["output_gbps"],
+                row["read_gbps"],
+                row["cores"],
+                row["minio"]["cores"],
+                "; GET replay %.3f GB/s read" % row["replay"]["read_gbps"] if "replay" in row else "",
+            )
+        )
         return row
 
     def getload(self, name, gets, levels):
@@ -208,12 +157,14 @@ class Sweep:
             cmd += ["--duration", "%gs" % self.a.getload_time]
         res = json.loads(self.run(cmd, self.o("getload-%s.json" % name)))
         for p in res["points"]:
-            t0 = parse_time(p["start"])
+            t0 = sweep_report.parse_time(p["start"])
             p["minio"] = self.minio_cpu.over(t0, t0 + p["wall_s"])
             p["minio"]["cpu_s_per_gb"] = p["minio"]["cpu_s"] / max(p["bytes"] / 1e9, 1e-9)
             p["list"], p["mean_get"] = name, res["mean_get_bytes"]
-            log("  getload %s, %d in flight: %.3f GB/s, client %.2f cores, MinIO %.1f cores"
-                % (name, p["concurrency"], p["gbps"], p["cores"], p["minio"]["cores"]))
+            log(
+                "  getload %s, %d in flight: %.3f GB/s, client %.2f cores, MinIO %.1f cores"
+                % (name, p["concurrency"], p["gbps"], p["cores"], p["minio"]["cores"])
+            )
         return res["points"]
 
     def variant(self, name, edit):
@@ -240,24 +191,43 @@ class Sweep:
                 os.chmod(dst, 0o755)
                 path = dst
             if not os.path.exists(path):
-                raise SystemExit("remote_sweep: no %s binary at %s (nor %s.gz): run `make remote-bins`" % (name, path, path))
+                raise SystemExit(
+                    "remote_sweep: no %s binary at %s (nor %s.gz): run `make remote-bins`"
+                    % (name, path, path)
+                )
             self.bins[name] = os.path.abspath(path)
         if not os.environ.get("DAMACY_NVCOMP"):
             libs = sorted(glob.glob(os.path.join(HERE, "..", "..", "..", ".gpu", "nvcomp", "libnvcomp.so.*")))
             if libs:
                 os.environ["DAMACY_NVCOMP"] = os.path.abspath(libs[-1])
-        info = json.loads(subprocess.run([self.bins["damacy"], "info", "--json"], stdout=subprocess.PIPE).stdout or b"{}")
+        info = json.loads(
+            subprocess.run([self.bins["damacy"], "info", "--json"], stdout=subprocess.PIPE).stdout or b"{}"
+        )
         self.gpus = len(info.get("gpus") or [])
-        ver = subprocess.run([self.bins["minio"], "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        ver = subprocess.run(
+            [self.bins["minio"], "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         self.res["host"] = {
-            "cpus": os.cpu_count(), "server_cpus": a.server_cpus, "client_cpus": a.client_cpus,
-            "gpus": [g.get("name") for g in info.get("gpus") or []], "engine": info.get("engine"),
-            "decoder": info.get("decoder"), "nvcomp": os.environ.get("DAMACY_NVCOMP", ""),
+            "cpus": os.cpu_count(),
+            "server_cpus": a.server_cpus,
+            "client_cpus": a.client_cpus,
+            "gpus": [g.get("name") for g in info.get("gpus") or []],
+            "engine": info.get("engine"),
+            "decoder": info.get("decoder"),
+            "nvcomp": os.environ.get("DAMACY_NVCOMP", ""),
             "minio": ver.stdout.decode(errors="replace").splitlines()[:1],
         }
-        log("host: %d CPUs (MinIO on %s, clients on %s), GPUs %s, engine %s, decoder %s"
-            % (os.cpu_count(), sweep_report.cpus_text(a.server_cpus), sweep_report.cpus_text(a.client_cpus), self.res["host"]["gpus"] or "none",
-               info.get("engine"), info.get("decoder")))
+        log(
+            "host: %d CPUs (MinIO on %s, clients on %s), GPUs %s, engine %s, decoder %s"
+            % (
+                os.cpu_count(),
+                sweep_report.cpus_text(a.server_cpus),
+                sweep_report.cpus_text(a.client_cpus),
+                self.res["host"]["gpus"] or "none",
+                info.get("engine"),
+                info.get("decoder"),
+            )
+        )
         src = a.scenario
         if not os.path.exists(src):
             src = os.path.join(HERE, "..", "internal", "bench", "scenarios", a.scenario + ".json")
@@ -284,12 +254,21 @@ class Sweep:
         mdir = os.path.join(self.work, "minio")
         shutil.rmtree(mdir, ignore_errors=True)
         m = MinIO(self.bins["minio"], mdir, 0, self.o("minio.log"), cpus=a.server_cpus)
-        self.minio_cpu = CPUSampler(m.cpu_seconds)
+        self.minio_cpu = sweep_report.CPUSampler(m.cpu_seconds)
         try:
             m.make_bucket("damacy")
             self.env = m.env()
             t = time.time()
-            self.run([self.bins["damacy"], "gen", "--local", os.path.join(self.work, "data"), self.scenario, self.uri])
+            self.run(
+                [
+                    self.bins["damacy"],
+                    "gen",
+                    "--local",
+                    os.path.join(self.work, "data"),
+                    self.scenario,
+                    self.uri,
+                ]
+            )
             self.res["gen_s"] = time.time() - t
             for part in PARTS:
                 if part not in a.parts:
@@ -305,19 +284,36 @@ class Sweep:
                 json.dump(self.res, f, indent=1)
             with open(self.o("sweep.md"), "w") as f:
                 f.write(sweep_report.markdown(self.res))
-            log("done in %.0f s: %s (sweep.md, sweep.json, bench-*.json, getload-*.json, *.pprof)"
-                % (self.res["elapsed_s"], self.out))
+            log(
+                "done in %.0f s: %s (sweep.md, sweep.json, bench-*.json, getload-*.json, *.pprof)"
+                % (self.res["elapsed_s"], self.out)
+            )
 
     def part_local(self):
-        cmd = [self.bins["damacy"], "bench", "--json", "--ceilings=false", "--data", os.path.join(self.work, "data"),
-               self.scenario]
+        cmd = [
+            self.bins["damacy"],
+            "bench",
+            "--json",
+            "--ceilings=false",
+            "--data",
+            os.path.join(self.work, "data"),
+            self.scenario,
+        ]
         if self.a.engine:
             cmd[2:2] = ["--engine", self.a.engine]
         rep = json.loads(self.run(cmd, self.o("bench-local.json")))
         wall = rep["wall_ns"] / 1e9
-        self.res["local"] = {"output_gbps": rep["output_gbps"], "read_gbps": rep["wire_gbps"],
-                             "cores": rep.get("cpu_ns", 0) / 1e9 / wall, "engine": rep["engine"], "decoder": rep["decoder"]}
-        log("  local files: %.3f GB/s of output, client %.1f cores" % (rep["output_gbps"], self.res["local"]["cores"]))
+        self.res["local"] = {
+            "output_gbps": rep["output_gbps"],
+            "read_gbps": rep["wire_gbps"],
+            "cores": rep.get("cpu_ns", 0) / 1e9 / wall,
+            "engine": rep["engine"],
+            "decoder": rep["decoder"],
+        }
+        log(
+            "  local files: %.3f GB/s of output, client %.1f cores"
+            % (rep["output_gbps"], self.res["local"]["cores"])
+        )
 
     def part_runs(self):
         self.gets = self.o("gets-default.json")
@@ -339,8 +335,20 @@ class Sweep:
         gets = getattr(self, "gets", None)
         if not gets or not os.path.exists(gets):
             self.gets = gets = self.o("gets-default.json")
-            self.run([self.bins["damacy"], "bench", "--json", "--ceilings=false", "--gets-out", gets,
-                      "--data", self.uri, self.scenario], os.devnull)
+            self.run(
+                [
+                    self.bins["damacy"],
+                    "bench",
+                    "--json",
+                    "--ceilings=false",
+                    "--gets-out",
+                    gets,
+                    "--data",
+                    self.uri,
+                    self.scenario,
+                ],
+                os.devnull,
+            )
         self.res["getload"] += self.getload("default", gets, self.a.concurrency)
 
     def part_coalesce(self):
@@ -350,7 +358,14 @@ class Sweep:
             if self.skip("coalesce " + name):
                 continue
             gets = self.o("gets-%s.json" % name)
-            extra = ["--io-concurrency", str(self.a.coalesce_concurrency), "--remote-gap", gap, "--gets-out", gets]
+            extra = [
+                "--io-concurrency",
+                str(self.a.coalesce_concurrency),
+                "--remote-gap",
+                gap,
+                "--gets-out",
+                gets,
+            ]
             if span:
                 extra += ["--remote-span", span]
             row = self.bench(name, extra)
@@ -365,27 +380,50 @@ class Sweep:
         procs = []
         for i in range(n):
             engine = self.a.engine or ("cuda:%d" % (i % self.gpus) if self.gpus else "host")
-            mine = cpus if self.a.loaders_share_cpus else cpus[i * per:(i + 1) * per] or cpus[-per:]
-            path = self.variant("loader%d" % i, lambda sc: sc["run"].update(seed=sc["run"].get("seed", 1) + 1000 * (i + 1)))
-            cmd = [self.bins["damacy"], "bench", "--json", "--ceilings=false", "--engine", engine, "--data", self.uri, path]
+            mine = cpus if self.a.loaders_share_cpus else cpus[i * per : (i + 1) * per] or cpus[-per:]
+            path = self.variant(
+                "loader%d" % i, lambda sc: sc["run"].update(seed=sc["run"].get("seed", 1) + 1000 * (i + 1))
+            )
+            cmd = [
+                self.bins["damacy"],
+                "bench",
+                "--json",
+                "--ceilings=false",
+                "--engine",
+                engine,
+                "--data",
+                self.uri,
+                path,
+            ]
             log("$ %s   (on CPUs %s)" % (" ".join(cmd), sweep_report.cpus_text(mine)))
             out = open(self.o("bench-loader%d.json" % i), "wb")
-            procs.append((engine, mine, out, subprocess.Popen(cmd, env=self.env, stdout=out, preexec_fn=self.pin(mine))))
+            procs.append(
+                (
+                    engine,
+                    mine,
+                    out,
+                    subprocess.Popen(cmd, env=self.env, stdout=out, preexec_fn=self.pin(mine)),
+                )
+            )
         rows = []
         for i, (engine, mine, out, p) in enumerate(procs):
             if p.wait() != 0:
                 raise SystemExit("remote_sweep: loader %d exited with status %d" % (i, p.returncode))
             out.close()
             with open(self.o("bench-loader%d.json" % i)) as f:
-                row = self.bench_row("loader%d" % i, json.load(f))
+                row = self.row("loader%d" % i, json.load(f))
             row["cpus"] = sweep_report.cpus_text(mine)
             rows.append(row)
         first, last = min(r["start"] for r in rows), max(r["start"] + r["wall_s"] for r in rows)
         all_on = (max(r["start"] for r in rows), min(r["start"] + r["wall_s"] for r in rows))
         self.res["loaders"] = {
-            "each": rows, "gpus": self.gpus, "sum_output_gbps": sum(r["output_gbps"] for r in rows),
-            "sum_read_gbps": sum(r["read_gbps"] for r in rows), "window_s": last - first,
-            "overlap_s": max(all_on[1] - all_on[0], 0), "minio": self.minio_cpu.over(first, last),
+            "each": rows,
+            "gpus": self.gpus,
+            "sum_output_gbps": sum(r["output_gbps"] for r in rows),
+            "sum_read_gbps": sum(r["read_gbps"] for r in rows),
+            "window_s": last - first,
+            "overlap_s": max(all_on[1] - all_on[0], 0),
+            "minio": self.minio_cpu.over(first, last),
             "minio_all_on": self.minio_cpu.over(*all_on) if all_on[1] > all_on[0] else None,
         }
 
@@ -396,15 +434,29 @@ class Sweep:
                 name = "link-%s-c%d" % (rtt, c)
                 if self.skip(name):
                     continue
-                row = self.bench(name, ["--ceilings=false", "--io-concurrency", str(c), "--link",
-                                        "%s,%s" % (rtt, self.a.link_rate), "--duration", "%gs" % self.a.link_time], path)
+                row = self.bench(
+                    name,
+                    [
+                        "--ceilings=false",
+                        "--io-concurrency",
+                        str(c),
+                        "--link",
+                        "%s,%s" % (rtt, self.a.link_rate),
+                        "--duration",
+                        "%gs" % self.a.link_time,
+                    ],
+                    path,
+                )
                 row["rtt"], row["rate"], row["concurrency"] = rtt, self.a.link_rate, c
                 self.res["link"].append(row)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     all_cpus = sorted(os.sched_getaffinity(0))
     half = max(len(all_cpus) // 2, 1)
     ap.add_argument("--bins", default=".gpu-remote", help="where damacy, getload and minio (or NAME.gz) are")
@@ -413,27 +465,52 @@ def main():
     ap.add_argument("--getload", help="the getload binary (default BINS/getload)")
     ap.add_argument("--work", default="remote-sweep", help="MinIO's data, the local dataset, scenario copies")
     ap.add_argument("--out", help="the results (default $OUT, else WORK/out)")
-    ap.add_argument("--server-cpus", type=cpu_list, default=all_cpus[half:] or all_cpus,
-                    help="MinIO's CPUs (default the upper half)")
-    ap.add_argument("--client-cpus", type=cpu_list, default=all_cpus[:half], help="the clients' CPUs (the lower half)")
+    ap.add_argument(
+        "--server-cpus",
+        type=cpu_list,
+        default=all_cpus[half:] or all_cpus,
+        help="MinIO's CPUs (default the upper half)",
+    )
+    ap.add_argument(
+        "--client-cpus", type=cpu_list, default=all_cpus[:half], help="the clients' CPUs (the lower half)"
+    )
     ap.add_argument("--scenario", default="throughput", help="a built-in scenario's name or a scenario file")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a scenario field (JSON value): run.batches=40, dataset.arrays=4")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario field (JSON value): run.batches=40, dataset.arrays=4",
+    )
     ap.add_argument("--engine", help="damacy bench --engine for the runs (default the scenario's)")
     ap.add_argument("--parts", type=lambda s: s.split(","), default=list(PARTS), help="of " + ",".join(PARTS))
-    ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[32, 64, 128, 256],
-                    help="GETs in flight of the runs and getload")
+    ap.add_argument(
+        "--concurrency",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[32, 64, 128, 256],
+        help="GETs in flight of the runs and getload",
+    )
     ap.add_argument("--profile-concurrency", type=int, default=64, help="the run that writes a CPU profile")
-    ap.add_argument("--getload-time", type=float, default=8, help="seconds at most per getload point (0: whole list)")
-    ap.add_argument("--coalesce", type=lambda s: s.split(","), default=["1MiB/8MiB", "4MiB/16MiB"],
-                    help="GAP/SPAN of the larger merged GETs")
+    ap.add_argument(
+        "--getload-time", type=float, default=8, help="seconds at most per getload point (0: whole list)"
+    )
+    ap.add_argument(
+        "--coalesce",
+        type=lambda s: s.split(","),
+        default=["1MiB/8MiB", "4MiB/16MiB"],
+        help="GAP/SPAN of the larger merged GETs",
+    )
     ap.add_argument("--coalesce-concurrency", type=int, default=64)
     ap.add_argument("--loaders", type=int, default=4, help="loaders at once (one per GPU, round robin)")
     ap.add_argument("--loaders-share-cpus", action="store_true", help="every loader on all client CPUs")
     ap.add_argument("--rtts", type=lambda s: s.split(","), default=["1ms", "10ms", "50ms"])
     ap.add_argument("--link-rate", default="10Gbit", help="the shaped link's bandwidth each way")
-    ap.add_argument("--link-concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[64],
-                    help="GETs in flight over the link (64: the default IOConcurrency)")
+    ap.add_argument(
+        "--link-concurrency",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[64],
+        help="GETs in flight over the link (64: the default IOConcurrency)",
+    )
     ap.add_argument("--link-time", type=float, default=10, help="seconds of measured batches per link run")
     ap.add_argument("--link-warmup", type=int, default=2, help="warm-up batches of the link runs")
     ap.add_argument("--budget", type=float, default=480, help="seconds after which no further point starts")
@@ -442,7 +519,10 @@ def main():
         if p not in PARTS:
             ap.error("--parts: %r is not one of %s" % (p, ",".join(PARTS)))
     if set(a.server_cpus) & set(a.client_cpus):
-        log("warning: the server's and the clients' CPUs overlap: %s" % sweep_report.cpus_text(sorted(set(a.server_cpus) & set(a.client_cpus))))
+        log(
+            "warning: the server's and the clients' CPUs overlap: %s"
+            % sweep_report.cpus_text(sorted(set(a.server_cpus) & set(a.client_cpus)))
+        )
     Sweep(a).main()
 
 
