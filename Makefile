@@ -117,15 +117,18 @@ test-getload:
 	cd cmd/damacy/peers/getload && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # What cmd/damacy/peers/remote_sweep.py needs on a host without Go, in
-# .gpu-remote/: damacy, getload and the pinned MinIO, for linux/amd64,
-# cgo-free, stripped and gzipped (the script unpacks them); with
-# .gpu/nvcomp/ (make nvcomp-fetch) for GPU decoding.
+# .gpu-remote/: damacy, getload and the pinned MinIO for linux/amd64,
+# cgo-free and stripped, and nvCOMP when .gpu/nvcomp/ has it (make
+# nvcomp-fetch first), each xz-compressed (under 64 MiB in all; the script
+# unpacks them).
 remote-bins: minio
-	@mkdir -p .gpu-remote && rm -f .gpu-remote/damacy* .gpu-remote/getload* .gpu-remote/minio*
+	@mkdir -p .gpu-remote && rm -f .gpu-remote/*
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o .gpu-remote/damacy ./cmd/damacy
 	cd cmd/damacy/peers/getload && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/.gpu-remote/getload .
 	cp $(MINIO_DIR)/minio .gpu-remote/minio
-	gzip -6 -f .gpu-remote/damacy .gpu-remote/getload .gpu-remote/minio
+	@if ls .gpu/nvcomp/libnvcomp.so.* >/dev/null 2>&1; then cp .gpu/nvcomp/libnvcomp.so.* .gpu-remote/; \
+	  else echo "remote-bins: no .gpu/nvcomp/libnvcomp.so.* (make nvcomp-fetch): the sweep will decode on the CPU"; fi
+	xz -6 -T0 -f .gpu-remote/*
 	@du -sh .gpu-remote
 
 bench:

@@ -6,8 +6,9 @@ limit is, and how throughput holds over a far link.
         [--out DIR] [--server-cpus 16-31] [--client-cpus 0-15]
         [--scenario throughput] [--set run.batches=60 ...] [flags]
 
-One call, on a host with python3 and the binaries `make remote-bins` builds
-(damacy, getload, minio; gzipped ones are unpacked into WORK/bin):
+One call, on a host with python3 and what `make remote-bins` puts in --bins
+(damacy, getload, minio and nvCOMP; compressed ones are unpacked into
+WORK/bin; nvCOMP, when there, becomes DAMACY_NVCOMP):
 
   1. starts MinIO on 127.0.0.1 pinned to --server-cpus (everything else runs
      on --client-cpus), and `damacy gen --local` uploads the scenario's
@@ -39,7 +40,9 @@ import argparse
 import glob
 import gzip
 import json
+import lzma
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -177,29 +180,40 @@ class Sweep:
             json.dump(sc, f, indent=1)
         return path
 
+    def unpack(self, path):
+        """path itself, or path.xz or path.gz unpacked into WORK/bin."""
+        if os.path.exists(path):
+            return path
+        for ext, opener in ((".xz", lzma.open), (".gz", gzip.open)):
+            if os.path.exists(path + ext):
+                os.makedirs(os.path.join(self.work, "bin"), exist_ok=True)
+                dst = os.path.join(self.work, "bin", os.path.basename(path))
+                with opener(path + ext, "rb") as src, open(dst, "wb") as f:
+                    shutil.copyfileobj(src, f, 1 << 20)
+                os.chmod(dst, 0o755)
+                return dst
+        return path
+
     def setup(self):
         a = self.a
         os.makedirs(self.work, exist_ok=True)
         self.bins = {}
         for name in ("damacy", "minio", "getload"):
-            path = getattr(a, name) or os.path.join(a.bins, name)
-            if not os.path.exists(path) and os.path.exists(path + ".gz"):
-                os.makedirs(os.path.join(self.work, "bin"), exist_ok=True)
-                dst = os.path.join(self.work, "bin", name)
-                with gzip.open(path + ".gz", "rb") as src, open(dst, "wb") as f:
-                    shutil.copyfileobj(src, f)
-                os.chmod(dst, 0o755)
-                path = dst
+            path = getattr(a, name) or self.unpack(os.path.join(a.bins, name))
             if not os.path.exists(path):
                 raise SystemExit(
-                    "remote_sweep: no %s binary at %s (nor %s.gz): run `make remote-bins`"
-                    % (name, path, path)
+                    "remote_sweep: no %s binary at %s (nor .xz, .gz): run `make remote-bins`" % (name, path)
                 )
             self.bins[name] = os.path.abspath(path)
         if not os.environ.get("DAMACY_NVCOMP"):
-            libs = sorted(glob.glob(os.path.join(HERE, "..", "..", "..", ".gpu", "nvcomp", "libnvcomp.so.*")))
+            libs = sorted(glob.glob(os.path.join(a.bins, "libnvcomp.so.*")))
+            libs = libs or sorted(
+                glob.glob(os.path.join(HERE, "..", "..", "..", ".gpu", "nvcomp", "libnvcomp.so.*"))
+            )
             if libs:
-                os.environ["DAMACY_NVCOMP"] = os.path.abspath(libs[-1])
+                os.environ["DAMACY_NVCOMP"] = os.path.abspath(
+                    self.unpack(re.sub(r"\.(xz|gz)$", "", libs[-1]))
+                )
         info = json.loads(
             subprocess.run([self.bins["damacy"], "info", "--json"], stdout=subprocess.PIPE).stdout or b"{}"
         )
