@@ -9,4 +9,9 @@
 // plan.Batch through a cache.Locator, read through its open-file cache on
 // a work pool, assemble with plan.AddOp, and give nvCOMP what the CUDA
 // engine gives it (plan.NVCOMPStreams).
+//
+// A remote dataset (--data s3://...) is read as any user's pipeline reads
+// it; its ceiling is a GET replay through the same kind of store, whose
+// GETs can be written out for a load generator (--gets-out), and the run
+// can go through a shaped link on loopback (--link, package netshape).
 package bench
