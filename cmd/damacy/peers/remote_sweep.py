@@ -154,10 +154,12 @@ class Sweep:
         )
         return row
 
-    def getload(self, name, gets, levels):
+    def getload(self, name, gets, levels, profile=None):
         cmd = [self.bins["getload"], "--gets", gets, "--concurrency", ",".join(map(str, levels)), "--json"]
         if self.a.getload_time:
             cmd += ["--duration", "%gs" % self.a.getload_time]
+        if profile:
+            cmd += ["--cpuprofile", self.o(profile)]
         res = json.loads(self.run(cmd, self.o("getload-%s.json" % name)))
         for p in res["points"]:
             t0 = sweep_report.parse_time(p["start"])
@@ -363,7 +365,13 @@ class Sweep:
                 ],
                 os.devnull,
             )
-        self.res["getload"] += self.getload("default", gets, self.a.concurrency)
+        points = self.getload("default", gets, self.a.concurrency, "profile-getload.pprof")
+        self.res["getload"] += points
+        # The profile covers every point, and the warm-ups.
+        self.res["getload_profile"] = {
+            "profile": "profile-getload.pprof",
+            "bytes_read": sum(p["bytes"] for p in points),
+        }
 
     def part_coalesce(self):
         for gs in self.a.coalesce:

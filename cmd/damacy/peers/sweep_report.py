@@ -292,6 +292,12 @@ def markdown(res):
                 "with Go: `cmd/damacy/peers/profile_split.sh %s %.3f` (the GB it read).\n"
                 % (r["concurrency"], r["profile"], r["profile"], r["bytes_read"] / 1e9)
             )
+    gp = res.get("getload_profile")
+    if gp:
+        md.append(
+            "\ngetload's CPU profile (all its points, the warm-ups included): `cmd/damacy/peers/profile_split.sh "
+            "%s %.3f` (the GB its measured GETs read).\n" % (gp["profile"], gp["bytes_read"] / 1e9)
+        )
     ld = res.get("loaders")
     if ld:
         md.append("\n## %d loaders at once on one MinIO (%d GPUs)\n\n" % (len(ld["each"]), ld["gpus"]))
