@@ -6,8 +6,8 @@ type sampleChecker interface {
 	checkSample(s Sample) error
 }
 
-// Check opens the array (or OME-NGFF level) that s names and checks s
-// against it, as the batch holding s would: a missing array fails with
+// Check opens the array (or OME-NGFF level) that s names, and those of the
+// pipeline's other sources (Config.Sources), and checks s against them, as the batch holding s would: a missing array fails with
 // ErrNotFound, an element type the pipeline does not read with ErrDtype,
 // a box whose rank is not the array's with ErrRank, unreadable metadata
 // with ErrStorage or ErrInvalid. It reads through the pipeline's metadata
@@ -33,7 +33,16 @@ func (p *Pipeline) Check(s Sample) error {
 	if !ok {
 		return nil
 	}
-	return c.checkSample(s)
+	if err := c.checkSample(s); err != nil {
+		return err
+	}
+	// Every other source: its array opens, and its axes match the box's.
+	for _, l := range p.lanes[1:] {
+		if _, err := p.matchSource(l, s); err != nil {
+			return sourceError(l.src.Name, err)
+		}
+	}
+	return nil
 }
 
 func (s *stages) checkSample(smp Sample) error {

@@ -18,9 +18,9 @@ type lane struct {
 	reqs    chan *batchReq
 	results chan *result
 
-	// Batch goroutine only (a lane other than the primary): the source's
-	// sample shape, fixed by the first batch, and its axis match per
-	// primary array.
+	// A lane other than the primary: the source's sample shape, fixed by
+	// the first batch (batch goroutine only), and its axis match per
+	// primary array (also Check's).
 	shape []int
 	maps  *cache.LRU[string, axisMap]
 }
@@ -144,17 +144,7 @@ func (p *Pipeline) split(req *batchReq) []*batchReq {
 // lane's sample shape (and reserving its slots) at the first.
 func (p *Pipeline) project(l *lane, s Sample) (Sample, axisMap, error) {
 	uri := l.src.resolve(s.URI)
-	m, _, err := l.maps.Get(s.URI+"\x00"+strconv.Itoa(s.Level), func() (axisMap, error) {
-		prim, err := p.axes.open(s.URI, s.Level)
-		if err != nil {
-			return nil, err
-		}
-		src, err := p.axes.open(uri, s.Level)
-		if err != nil {
-			return nil, err
-		}
-		return matchAxes(prim.names, src.names, prim.arr.Rank(), src.arr.Rank(), uri)
-	})
+	m, err := p.matchSource(l, s)
 	if err != nil {
 		return Sample{}, nil, err
 	}
@@ -171,6 +161,24 @@ func (p *Pipeline) project(l *lane, s Sample) (Sample, axisMap, error) {
 		return Sample{}, nil, errorf("plan", ErrInvalid, uri, "the box gives this source shape %v, earlier samples gave it %v", shape, l.shape)
 	}
 	return Sample{URI: uri, Box: m.project(s.Box), Level: s.Level, Seed: s.Seed}, m, nil
+}
+
+// matchSource opens the primary array of s and lane l's array for it, and
+// matches their axes (cached per primary array).
+func (p *Pipeline) matchSource(l *lane, s Sample) (axisMap, error) {
+	uri := l.src.resolve(s.URI)
+	m, _, err := l.maps.Get(s.URI+"\x00"+strconv.Itoa(s.Level), func() (axisMap, error) {
+		prim, err := p.axes.open(s.URI, s.Level)
+		if err != nil {
+			return nil, err
+		}
+		src, err := p.axes.open(uri, s.Level)
+		if err != nil {
+			return nil, err
+		}
+		return matchAxes(prim.names, src.names, prim.arr.Rank(), src.arr.Rank(), uri)
+	})
+	return m, err
 }
 
 // addEngine adds another engine's metrics, counters and memory gauges to s.

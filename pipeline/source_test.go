@@ -377,3 +377,24 @@ func TestSourcesMisfit(t *testing.T) {
 	}
 	b.Release()
 }
+
+// TestSourcesCheck checks that Check opens every source's array: a
+// missing label is reported before Push, naming the source and its URI.
+func TestSourcesCheck(t *testing.T) {
+	img := imageWithLabel(t, t.TempDir(), newTestRand(t).Uint64())
+	box := []Range{{0, 1}, {0, 4}, {0, 4}, {0, 4}}
+	for _, tc := range []struct {
+		label string
+		kind  error
+	}{{"cells", nil}, {"nuclei", ErrNotFound}} {
+		p, err := New(Config{BatchSize: 1, Device: "cpu", Sources: []Source{{Name: "image"}, {Name: "label", Label: tc.label, Dtype: U8}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = p.Check(Sample{URI: img, Box: box})
+		if !errors.Is(err, tc.kind) || (err != nil && (!strings.Contains(err.Error(), `source "label"`) || !strings.Contains(err.Error(), "labels/nuclei"))) {
+			t.Errorf("label %q: Check gave %v, want %v naming the source and its URI", tc.label, err, tc.kind)
+		}
+		p.Close()
+	}
+}
