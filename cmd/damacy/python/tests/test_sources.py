@@ -772,8 +772,9 @@ def test_unknown_label_names_the_source_and_the_uri(serve_binary, images):
     path = images[0][0]
     cfg = host_config(batch_size=2, sources=(Source("image"), Source("nuclei", label="nuclei", dtype="u8")))
     with damacy.Pipeline(cfg) as p:
-        p.push([damacy.Sample(path, [(0, 2), (0, 6), (0, 9), (0, 10)])] * 2)
+        # The server checks every source's array at push (Pipeline.Check).
         with pytest.raises(damacy.NotFound) as e:
+            p.push([damacy.Sample(path, [(0, 2), (0, 6), (0, 9), (0, 10)])] * 2)
             p.pop()
     message = str(e.value)
     assert 'source "nuclei"' in message and f"{path}/labels/nuclei" in message, message
@@ -783,8 +784,8 @@ def test_a_label_whose_axes_do_not_match(serve_binary, images):
     path = images[0][0]
     cfg = host_config(batch_size=1, sources=(Source("image"), Source("bad", label="bad")))
     with damacy.Pipeline(cfg) as p:
-        p.push([damacy.Sample(path, [(0, 2), (0, 6), (0, 9), (0, 10)])])
         with pytest.raises(damacy.RankMismatch, match=r'"t"'):
+            p.push([damacy.Sample(path, [(0, 2), (0, 6), (0, 9), (0, 10)])])
             p.pop()
 
 
