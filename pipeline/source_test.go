@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -396,5 +397,36 @@ func TestSourcesCheck(t *testing.T) {
 			t.Errorf("label %q: Check gave %v, want %v naming the source and its URI", tc.label, err, tc.kind)
 		}
 		p.Close()
+	}
+}
+
+// TestStatsAddEngine checks that every engine counter, metric and memory
+// gauge of another source's engine adds up in Pipeline.Stats (a field
+// added to Stats must be merged, or listed here as the front's own).
+func TestStatsAddEngine(t *testing.T) {
+	front := map[string]bool{"Engine": true, "Decoder": true, "PopWaitIO": true, "PopWaitCompute": true, "FlushWait": true,
+		"BatchesEmitted": true, "BatchesTruncated": true, "SamplesEmitted": true, "OutputBytes": true,
+		"SlotsInUse": true, "SamplesInFlight": true}
+	var o Stats
+	ov := reflect.ValueOf(&o).Elem()
+	for i := range ov.NumField() {
+		switch f := ov.Field(i); f.Kind() {
+		case reflect.Int64:
+			f.SetInt(1)
+		case reflect.Struct:
+			f.Set(reflect.ValueOf(Metric{Time: 1, Best: 1, InBytes: 1, OutBytes: 1, Count: 1}))
+		}
+	}
+	var s Stats
+	s.addEngine(&o)
+	sv := reflect.ValueOf(s)
+	for i := range sv.NumField() {
+		name := sv.Type().Field(i).Name
+		if front[name] {
+			continue
+		}
+		if sv.Field(i).IsZero() {
+			t.Errorf("Stats.%s is not merged from other sources' engines", name)
+		}
 	}
 }
