@@ -55,3 +55,57 @@ func (s *stages) checkSample(smp Sample) error {
 	}
 	return nil
 }
+
+// checkLocked validates a sample against the pipeline's sample shape,
+// fixing the shape (and reserving the batch slots) on the first sample
+// when Config.SampleShape was empty.
+func (p *Pipeline) checkLocked(s Sample) *Error {
+	if s.URI == "" {
+		return errorf("push", ErrInvalid, "", "sample %s: empty URI", s)
+	}
+	if len(s.Box) == 0 || len(s.Box) > maxRank {
+		return errorf("push", ErrRank, s.URI, "sample %s: box rank %d, want 1..%d", s, len(s.Box), maxRank)
+	}
+	if s.Level < 0 {
+		return errorf("push", ErrInvalid, s.URI, "sample %s: negative level %d", s, s.Level)
+	}
+	for i, r := range s.Box {
+		if r.Stop <= r.Start {
+			return errorf("push", ErrInvalid, s.URI, "sample %s: axis %d is empty (%d:%d)", s, i, r.Start, r.Stop)
+		}
+	}
+	if p.shape == nil {
+		shape := make([]int, len(s.Box))
+		for i, r := range s.Box {
+			if r.Stop-r.Start > 1<<31 {
+				return errorf("push", ErrInvalid, s.URI, "sample %s: axis %d extent %d too large", s, i, r.Stop-r.Start)
+			}
+			shape[i] = int(r.Stop - r.Start)
+		}
+		if err := p.cfg.Augment.validateShape(shape); err != nil {
+			var e *Error
+			if asError(err, &e) {
+				e.Op = "push"
+				return e
+			}
+		}
+		if err := p.eng.reserve(shape); err != nil {
+			var e *Error
+			if ok := asError(err, &e); ok {
+				return e
+			}
+			return newError("push", ErrBudget, s.URI, err)
+		}
+		p.shape = shape
+		return nil
+	}
+	if len(s.Box) != len(p.shape) {
+		return errorf("push", ErrRank, s.URI, "sample %s: box rank %d, want %d", s, len(s.Box), len(p.shape))
+	}
+	for i, r := range s.Box {
+		if r.Stop-r.Start != int64(p.shape[i]) {
+			return errorf("push", ErrInvalid, s.URI, "sample %s: axis %d extent %d, want %d", s, i, r.Stop-r.Start, p.shape[i])
+		}
+	}
+	return nil
+}

@@ -92,3 +92,35 @@ func (s *statsSink) update(f func(*Stats)) {
 	f(&s.Stats)
 	s.mu.Unlock()
 }
+
+// Stats returns a snapshot of the pipeline's metrics.
+// With several sources, the stages' metrics and counters add up over the
+// sources' engines, and so do the memory gauges.
+func (p *Pipeline) Stats() Stats {
+	p.stats.mu.Lock()
+	s := p.stats.Stats
+	p.stats.mu.Unlock()
+	for _, l := range p.lanes[1:] {
+		l.stats.mu.Lock()
+		s.addEngine(&l.stats.Stats)
+		l.stats.mu.Unlock()
+	}
+	s.SamplesInFlight = p.inFlight.Load()
+	// The first Push may be creating the slot pool (reserve, under p.mu).
+	p.mu.Lock()
+	for _, l := range p.lanes {
+		s.SlotsInUse += l.eng.slotsInUse()
+	}
+	p.mu.Unlock()
+	return s
+}
+
+// StatsReset zeroes the stage metrics and counters (not the gauges).
+func (p *Pipeline) StatsReset() {
+	for _, l := range p.lanes {
+		l.stats.mu.Lock()
+		s := &l.stats.Stats
+		*s = Stats{Engine: s.Engine, Decoder: s.Decoder, GPUBytesCommitted: s.GPUBytesCommitted, ChunkCacheBytes: s.ChunkCacheBytes, MappedFileBytes: s.MappedFileBytes}
+		l.stats.mu.Unlock()
+	}
+}
