@@ -110,6 +110,7 @@ func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 		"n_shards_meta_cache":   &cfg.ShardIndexCache,
 		"max_bytes_per_element": &cfg.MaxBytesPerElement,
 		"batch_slots":           &cfg.BatchSlots,
+		"io_concurrency":        &cfg.IOConcurrency,
 	}
 	int64s := map[string]*int64{
 		"host_buffer_bytes":            &cfg.HostBufferBytes,
@@ -117,6 +118,8 @@ func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 		"max_chunk_uncompressed_bytes": &cfg.MaxChunkBytes,
 		"max_gpu_memory_bytes":         &cfg.MaxGPUMemoryBytes,
 		"chunk_cache_bytes":            &cfg.ChunkCacheBytes,
+		"remote_gap_bytes":             &cfg.RemoteGapBytes,
+		"remote_span_bytes":            &cfg.RemoteSpanBytes,
 	}
 	var unknown []string
 	for k := range raw {

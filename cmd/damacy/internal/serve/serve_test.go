@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -228,4 +229,18 @@ func TestServeLogLevelBeforeHello(t *testing.T) {
 		t.Fatalf("serve: %v", err)
 	}
 	c.conn.Close()
+}
+
+// TestConfigOfRemote checks hello's object-store keys: requests in flight
+// and how far GETs merge (0: the pipeline's defaults).
+func TestConfigOfRemote(t *testing.T) {
+	raw := map[string]json.RawMessage{"io_concurrency": json.RawMessage("128"),
+		"remote_gap_bytes": json.RawMessage("1048576"), "remote_span_bytes": json.RawMessage("16777216")}
+	cfg, err := configOf(raw)
+	if err != nil || cfg.IOConcurrency != 128 || cfg.RemoteGapBytes != 1<<20 || cfg.RemoteSpanBytes != 16<<20 {
+		t.Fatalf("configOf: %+v, %v", cfg, err)
+	}
+	if _, err := configOf(map[string]json.RawMessage{"io_concurrency": json.RawMessage("-1")}); err == nil || !strings.Contains(err.Error(), "io_concurrency") {
+		t.Errorf("io_concurrency -1: %v", err)
+	}
 }

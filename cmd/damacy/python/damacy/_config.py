@@ -260,6 +260,13 @@ class Config:
             array, of ``dtype``. With sources, each has its own dtype and
             batch slots; ``dtype`` must be F32 (the default) or the first
             source's.
+        io_concurrency: Object-store requests (s3://, gs://, http(s)://)
+            in flight (extra); 0 = the server's default, 64. A far server
+            (tens of ms away) may want more: see the README.
+        remote_gap_bytes: The largest gap between two chunks of one object
+            that one ranged GET bridges (extra); 0 = the default, 256 KiB.
+        remote_span_bytes: The most bytes one GET spans, gaps included
+            (extra); 0 = the default, 8 MiB.
         augment: Random transforms of every sample (extra): an
             :class:`Augment` (or a dict of its arguments), or None (the
             default) for none. Its ``intensity_sources`` must name float
@@ -284,6 +291,9 @@ class Config:
     batch_slots: int
     chunk_cache_bytes: int
     mapped_file_bytes: int
+    io_concurrency: int
+    remote_gap_bytes: int
+    remote_span_bytes: int
     sources: Tuple[Source, ...]
     augment: Optional[Augment]
 
@@ -307,6 +317,9 @@ class Config:
         batch_slots: int = 0,
         chunk_cache_bytes: int = 0,
         mapped_file_bytes: int = 0,
+        io_concurrency: int = 0,
+        remote_gap_bytes: int = 0,
+        remote_span_bytes: int = 0,
         sources: Iterable[Union[Source, Mapping[str, Any]]] = (),
         augment: Optional[Union[Augment, Mapping[str, Any]]] = None,
     ) -> None:
@@ -330,6 +343,9 @@ class Config:
             "batch_slots": _int("batch_slots", batch_slots, 0),
             "chunk_cache_bytes": _int("chunk_cache_bytes", chunk_cache_bytes, 0),
             "mapped_file_bytes": _int("mapped_file_bytes", mapped_file_bytes, -1),
+            "io_concurrency": _int("io_concurrency", io_concurrency, 0),
+            "remote_gap_bytes": _int("remote_gap_bytes", remote_gap_bytes, 0),
+            "remote_span_bytes": _int("remote_span_bytes", remote_span_bytes, 0),
         }
         values["sources"] = _sources(sources, values["dtype"])
         values["augment"] = _augment(augment, values["sources"], values["dtype"])

@@ -110,6 +110,9 @@ def hello_config(config: Config) -> Dict[str, Any]:
         "chunk_cache_bytes": config.chunk_cache_bytes,
         "mapped_file_bytes": config.mapped_file_bytes,
     }
+    for key in ("io_concurrency", "remote_gap_bytes", "remote_span_bytes"):
+        if getattr(config, key):  # absent: the server's default
+            out[key] = getattr(config, key)
     if config.sources:  # absent: one source, "image", the sample's own array of dtype
         out["sources"] = [source_message(s) for s in config.sources]
     if config.augment is not None:

@@ -371,3 +371,17 @@ def test_set_log_level_validates():
         damacy.set_log_level(6)
     with pytest.raises(TypeError):
         damacy.set_log_level("debug")  # type: ignore[arg-type]
+
+
+def test_object_store_settings_reach_hello():
+    """io_concurrency, remote_gap_bytes and remote_span_bytes: validated,
+    sent in hello when set, absent (the server's defaults) when 0."""
+    from damacy._protocol import hello_config
+
+    c = small(io_concurrency=128, remote_gap_bytes=1 << 20, remote_span_bytes=16 << 20)
+    wire = hello_config(c)
+    assert (wire["io_concurrency"], wire["remote_gap_bytes"], wire["remote_span_bytes"]) == (128, 1 << 20, 16 << 20)
+    assert not {"io_concurrency", "remote_gap_bytes", "remote_span_bytes"} & set(hello_config(small()))
+    for key in ("io_concurrency", "remote_gap_bytes", "remote_span_bytes"):
+        with pytest.raises(ValueError, match=key):
+            small(**{key: -1})
