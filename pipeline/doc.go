@@ -1,6 +1,6 @@
 // Package pipeline streams boxes cut out of zarr arrays into batches of
-// float32 or bfloat16 tensors, in GPU memory (the CUDA engine) or in host
-// memory (the host engine).
+// float32 or bfloat16 tensors (or integer tensors, for labels), in GPU
+// memory (the CUDA engine) or in host memory (the host engine).
 //
 // It owns: Config, Sample, Pipeline, Batch, Stats, Span and the error type;
 // the planner, metadata caches, IO, staging, decode and assemble stages.
@@ -47,6 +47,26 @@
 // slot is not free when its wave is assembled is assembled late, once
 // Pop's caller gives one back (cuda_slots.go).
 //
+// # Training-ready batches
+//
+// With Config.Sources a sample reads one box from several arrays (an
+// image and its OME-NGFF label, a mask, channels kept apart): each source
+// has an engine of its own (a lane, lane.go), fed by one intake. The
+// batcher hands each batch to every lane in turn, each sample as that
+// source reads it: its array found from the sample's URI (source.go), its
+// axes matched to the box's by name (a label without the image's channel
+// axis drops it). Pop takes one result from each lane and returns one
+// Batch with a Tensor per source; Stats adds the lanes' up.
+//
+// With Config.Augment each sample's transform (flips, quarter turns,
+// equal-extent permutations, an intensity map) is drawn from its seed when
+// its batch is cut (augment.go), projected onto each source's axes, and
+// handed to the engines with the batch: the assemble plan carries it to
+// the kernel (and its host twin), which applies it while it writes the
+// batch, as it converts each element (assemble.go). An integer output
+// takes values as they are; the kernel counts those that do not fit, and
+// the batch fails with ErrDtype.
+//
 // With Config.ChunkCacheBytes, planning looks every chunk up in the chunk
 // cache first: a hit skips read, copy and decode, its copy ops reading
 // the cache region (addressed from the same base as the wave's arena); a
@@ -63,6 +83,8 @@
 //
 // pipeline.go is the API (Push, PushSeq, Pop, Flush, Shutdown, Close) and
 // the intake; config.go, errors.go, stats.go and trace.go its types;
+// source.go, lane.go and augment.go the sources, their lanes and the
+// transforms, assemble.go what the engines give the kernel for them;
 // batch.go the Batch and its DLPack export; share.go (with shm_*.go) hands
 // a batch to another process (CUDA IPC handles, memfd host slots) and
 // check.go checks a sample against its array, for damacy serve. meta.go
