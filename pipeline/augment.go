@@ -86,6 +86,13 @@ func (t *Transform) identity() bool {
 	return true
 }
 
+// noIntensity makes t a transform without intensity (what a source it
+// does not apply to reports).
+func (t *Transform) noIntensity() {
+	t.Intensity, t.Scale, t.Offset = false, 1, 0
+	t.Low, t.High = float32(math.Inf(-1)), float32(math.Inf(1))
+}
+
 // validateShape checks a (nil: no augmentation) against a sample shape
 // and the pipeline's sources.
 func (a *Augment) validateShape(shape []int) error {

@@ -113,7 +113,7 @@ func (p *Pipeline) split(req *batchReq) []*batchReq {
 		for n, s := range req.samples {
 			req.xf[n] = a.draw(p.shape, s.Seed)
 			if !p.intensity[0] {
-				req.xf[n].Intensity = false
+				req.xf[n].noIntensity()
 			}
 		}
 	}
@@ -133,7 +133,9 @@ func (p *Pipeline) split(req *batchReq) []*batchReq {
 				if r.xf[n], err = req.xf[n].project(m, l.src.Name); err != nil {
 					return fail(l, n, err)
 				}
-				r.xf[n].Intensity = r.xf[n].Intensity && p.intensity[i+1]
+				if !p.intensity[i+1] {
+					r.xf[n].noIntensity()
+				}
 			}
 		}
 	}

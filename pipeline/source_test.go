@@ -301,8 +301,8 @@ func TestSourcesAugment(t *testing.T) {
 			ib, lb := len(it.Bytes())/b.Len(), len(lt.Bytes())/b.Len()
 			for n, s := range b.Samples() {
 				xi, xl := it.Transforms()[n], lt.Transforms()[n]
-				if !xi.Intensity || xl.Intensity {
-					t.Fatalf("intensity on image %v, label %v: want image only", xi.Intensity, xl.Intensity)
+				if !xi.Intensity || xl.Intensity || xl.Scale != 1 || xl.Offset != 0 || !math.IsInf(float64(xl.Low), -1) || !math.IsInf(float64(xl.High), 1) {
+					t.Fatalf("intensity on image %+v, label %+v: want the image's only", xi, xl)
 				}
 				if !xi.identity() {
 					moved++
