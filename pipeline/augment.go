@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/damacy-go/damacy/ptx"
 )
 
 // Augment draws a transform for every sample, which the engines apply while
@@ -74,16 +76,6 @@ type Transform struct {
 	Scale     float32
 	Offset    float32
 	Low, High float32 // -Inf and +Inf when not clipped
-}
-
-// identity reports whether t moves no element.
-func (t *Transform) identity() bool {
-	for j, a := range t.Perm {
-		if a != j || t.Flip[j] {
-			return false
-		}
-	}
-	return true
 }
 
 // noIntensity makes t a transform without intensity (what a source it
@@ -176,33 +168,21 @@ func (a *Augment) intensity() bool {
 	return a.Scale != [2]float64{} || a.Offset != [2]float64{} || a.Std != 0 || a.Clip
 }
 
-// step is one geometric step of a draw, as numpy would apply it: a flip
-// of axis flip (perm nil), or np.transpose(x, perm).
-type step struct {
-	flip int
-	perm []int
-}
-
 // draw returns the transform of a sample of the given shape with seed s.
+// The geometric steps compose as ptx.Transform composes numpy's flip,
+// rot90 and transpose; their axes are checked by validateShape.
 func (a *Augment) draw(shape []int, s uint64) Transform {
 	rng := rand.New(rand.NewPCG(a.Seed, s))
 	rank := len(shape)
-	var steps []step
+	k := ptx.Identity()
 	for _, f := range a.Flip {
 		if rng.Float64() < f.P {
-			steps = append(steps, step{flip: f.Axis})
+			k, _ = k.Flip(f.Axis)
 		}
 	}
 	for _, r := range a.Rot90 {
-		if rng.Float64() >= r.P {
-			continue
-		}
-		x, y := r.Axes[0], r.Axes[1]
-		for range 1 + rng.IntN(3) {
-			// np.rot90 by one turn: flip axis y, then swap x and y.
-			perm := identityPerm(rank)
-			perm[x], perm[y] = y, x
-			steps = append(steps, step{flip: y}, step{perm: perm})
+		if rng.Float64() < r.P {
+			k, _ = k.Rot90(1+rng.IntN(3), r.Axes[0], r.Axes[1])
 		}
 	}
 	for _, p := range a.Permute {
@@ -215,9 +195,13 @@ func (a *Augment) draw(shape []int, s uint64) Transform {
 		for i, x := range p.Axes {
 			perm[x] = drawn[i]
 		}
-		steps = append(steps, step{perm: perm})
+		k, _ = k.Permute(perm)
 	}
-	t := compose(rank, steps)
+	t := Transform{Perm: make([]int, rank), Flip: make([]bool, rank)}
+	for j := range rank {
+		t.Perm[j], t.Flip[j] = int(k.Perm[j]), k.Flips>>j&1 != 0
+	}
+	t.noIntensity()
 	if a.intensity() {
 		t.Intensity = true
 		scale := a.Scale[0] + rng.Float64()*(a.Scale[1]-a.Scale[0])
@@ -233,24 +217,6 @@ func (a *Augment) draw(shape []int, s uint64) Transform {
 		t.Scale, t.Offset = float32(scale), float32(offset)
 		if a.Clip {
 			t.Low, t.High = float32(a.ClipLow), float32(a.ClipHigh)
-		}
-	}
-	return t
-}
-
-// compose returns the transform that applying steps in order makes.
-func compose(rank int, steps []step) Transform {
-	t := Transform{Perm: identityPerm(rank), Flip: make([]bool, rank), Scale: 1,
-		Low: float32(math.Inf(-1)), High: float32(math.Inf(1))}
-	for _, st := range steps {
-		if st.perm == nil {
-			t.Flip[st.flip] = !t.Flip[st.flip]
-			continue
-		}
-		// Output axis j of the step reads the step's input axis perm[j].
-		p, f := slices.Clone(t.Perm), slices.Clone(t.Flip)
-		for j, a := range st.perm {
-			t.Perm[j], t.Flip[j] = p[a], f[a]
 		}
 	}
 	return t

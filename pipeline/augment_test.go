@@ -95,37 +95,6 @@ func randomND(rng *rand.Rand, shape []int) nd {
 	return a
 }
 
-// TestCompose checks that a composed transform equals its steps applied
-// one after another, as numpy would.
-func TestCompose(t *testing.T) {
-	rng := newTestRand(t)
-	for range 200 {
-		rank := 1 + rng.IntN(4)
-		n := 1 + rng.IntN(4)
-		shape := make([]int, rank)
-		for i := range shape {
-			shape[i] = n
-		}
-		a := randomND(rng, shape)
-		var steps []step
-		want := a
-		for range rng.IntN(6) {
-			if rng.IntN(2) == 0 {
-				s := step{flip: rng.IntN(rank)}
-				want = want.flip(s.flip)
-				steps = append(steps, s)
-			} else {
-				s := step{perm: rng.Perm(rank)}
-				want = want.transpose(s.perm)
-				steps = append(steps, s)
-			}
-		}
-		if got := a.apply(compose(rank, steps)); !slices.Equal(got.data, want.data) {
-			t.Fatalf("steps %+v: composed transform %+v differs from the steps", steps, compose(rank, steps))
-		}
-	}
-}
-
 // TestDrawRot90 checks quarter turns against np.rot90's definition for
 // k = 1, 2, 3: rot90(m, k, (x, y)) turns the first axis towards the second.
 func TestDrawRot90(t *testing.T) {
@@ -204,7 +173,7 @@ func TestTransformProject(t *testing.T) {
 			t.Fatalf("seed %d: projected %+v of %+v differs", s, pt, tr)
 		}
 	}
-	tr := compose(4, []step{{perm: []int{1, 0, 2, 3}}})
+	tr := Transform{Perm: []int{1, 0, 2, 3}, Flip: make([]bool, 4)}
 	if _, err := tr.project(m, "label"); err == nil {
 		t.Fatal("a transform moving the channel axis onto z projected onto a zyx source")
 	}

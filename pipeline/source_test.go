@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -304,7 +305,7 @@ func TestSourcesAugment(t *testing.T) {
 				if !xi.Intensity || xl.Intensity || xl.Scale != 1 || xl.Offset != 0 || !math.IsInf(float64(xl.Low), -1) || !math.IsInf(float64(xl.High), 1) {
 					t.Fatalf("intensity on image %+v, label %+v: want the image's only", xi, xl)
 				}
-				if !xi.identity() {
+				if !slices.Equal(xi.Perm, []int{0, 1, 2, 3}) || slices.Contains(xi.Flip, true) {
 					moved++
 				}
 				box := make([]zarr.Range, len(s.Box))
