@@ -1,14 +1,17 @@
 package remotetest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // tool is a server the tests run, built from its pinned Go module into
@@ -113,4 +116,62 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// server is a server binary the tests started, with its output.
+type server struct {
+	name   string
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	exited chan error
+}
+
+// startServer starts cmd (its output kept for messages) and returns it
+// running; name is what messages call it.
+func startServer(name string, cmd *exec.Cmd) (*server, error) {
+	s := &server{name: name, cmd: cmd, exited: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = &s.out, &s.out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("remotetest: starting %s: %w", name, err)
+	}
+	go func() { s.exited <- cmd.Wait() }()
+	return s, nil
+}
+
+// stop ends the server: SIGTERM, then SIGKILL after 10 s.
+func (s *server) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// waitHealthy polls url with client until it answers 200 (these servers
+// offer no other signal), failing when the server exits first or deadline
+// passes (what names the wait in that message). On failure the server is
+// stopped.
+func (s *server) waitHealthy(client *http.Client, url, what string, deadline time.Time) error {
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-s.exited:
+			s.exited <- err
+			s.stop()
+			return fmt.Errorf("remotetest: %s exited at start (%v):\n%s", s.name, err, s.out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return fmt.Errorf("remotetest: %s %s:\n%s", s.name, what, s.out.String())
+		}
+	}
 }

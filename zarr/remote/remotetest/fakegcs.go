@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -101,46 +100,15 @@ func (g *FakeGCS) start(t testing.TB, bin string) error {
 	cmd := exec.Command(bin, "-backend", "memory", "-scheme", "http", "-host", "127.0.0.1", "-port", fmt.Sprint(port),
 		"-public-host", addr, "-external-url", "http://"+addr, "-log-level", "error")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("remotetest: starting fake-gcs-server: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
+	srv, err := startServer("fake-gcs-server", cmd)
+	if err != nil {
+		return err
 	}
 	g.Endpoint = "http://" + addr
-	// Ready when its health check answers (it offers no other signal).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := g.client.Get(g.Endpoint + "/_internal/healthcheck")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			stop()
-			return fmt.Errorf("remotetest: fake-gcs-server exited at start (%v):\n%s", err, out.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return fmt.Errorf("remotetest: fake-gcs-server not ready after 30 s:\n%s", out.String())
-		}
+	if err := srv.waitHealthy(g.client, g.Endpoint+"/_internal/healthcheck", "not ready after 30 s", time.Now().Add(30*time.Second)); err != nil {
+		return err
 	}
-	t.Cleanup(stop)
+	t.Cleanup(srv.stop)
 	return nil
 }
 

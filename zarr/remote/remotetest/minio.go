@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -110,23 +109,11 @@ func (m *MinIO) start(t testing.TB, bin string) error {
 		"MINIO_ROOT_USER=" + m.AccessKey, "MINIO_ROOT_PASSWORD=" + m.SecretKey,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1",
 	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("remotetest: starting MinIO: %w", err)
+	srv, err := startServer("MinIO", cmd)
+	if err != nil {
+		return err
 	}
 	m.pid = cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	}
 	m.Endpoint = "http://" + addr
 	m.client = s3.New(s3.Options{
 		Region:       "us-east-1",
@@ -134,29 +121,10 @@ func (m *MinIO) start(t testing.TB, bin string) error {
 		UsePathStyle: true,
 		Credentials:  credentials.NewStaticCredentialsProvider(m.AccessKey, m.SecretKey, ""),
 	})
-	// Ready when /minio/health/live answers 200 (MinIO offers no other
-	// signal; poll it).
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(90 * time.Second)
-	for {
-		resp, err := client.Get(m.Endpoint + "/minio/health/live")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			stop()
-			return fmt.Errorf("remotetest: MinIO exited at start (%v):\n%s", err, out.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return fmt.Errorf("remotetest: MinIO not live after 90 s:\n%s", out.String())
-		}
+	if err := srv.waitHealthy(client, m.Endpoint+"/minio/health/live", "not live after 90 s", deadline); err != nil {
+		return err
 	}
 	client.CloseIdleConnections()
 	// Live is not ready: until its storage is initialised MinIO answers S3
@@ -169,12 +137,12 @@ func (m *MinIO) start(t testing.TB, bin string) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			stop()
-			return fmt.Errorf("remotetest: MinIO not ready after 90 s: %v\n%s", err, out.String())
+			srv.stop()
+			return fmt.Errorf("remotetest: MinIO not ready after 90 s: %v\n%s", err, srv.out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Cleanup(stop)
+	t.Cleanup(srv.stop)
 	return nil
 }
 
