@@ -7,8 +7,8 @@ import (
 	"github.com/damacy-go/damacy/ptx"
 )
 
-// outDtype is the kernels' type of an output type.
-func outDtype(d Dtype) ptx.Dtype {
+// Kernel is d as the assemble kernel (package ptx) numbers it.
+func (d Dtype) Kernel() ptx.Dtype {
 	switch d {
 	case BF16:
 		return ptx.BFloat16
@@ -22,8 +22,8 @@ func outDtype(d Dtype) ptx.Dtype {
 	return ptx.Float32
 }
 
-// kernelTransform is t as the assemble kernel takes it.
-func kernelTransform(t *Transform) ptx.Transform {
+// Kernel is t as the assemble kernel (package ptx) takes it.
+func (t *Transform) Kernel() ptx.Transform {
 	k := ptx.Identity()
 	for j, a := range t.Perm {
 		k.Perm[j] = uint8(a)
@@ -40,7 +40,7 @@ func kernelTransform(t *Transform) ptx.Transform {
 // setTransforms gives plan p the transforms of the batch it assembles.
 func setTransforms(p *ptx.Plan, req *batchReq) error {
 	for n := range req.xf {
-		if err := p.SetTransform(n, kernelTransform(&req.xf[n])); err != nil {
+		if err := p.SetTransform(n, req.xf[n].Kernel()); err != nil {
 			return newError("assemble", ErrInvalid, req.samples[n].URI, fmt.Errorf("sample %d (%s): %w", n, req.samples[n], err))
 		}
 	}

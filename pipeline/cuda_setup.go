@@ -284,7 +284,7 @@ func cudaError(op string, err error) *Error {
 
 func (e *cudaEngine) reserve(shape []int) error {
 	e.shape = shape
-	e.layout = ptx.Layout{Samples: e.cfg.BatchSize, Shape: shape, Dtype: outDtype(e.cfg.Dtype)}
+	e.layout = ptx.Layout{Samples: e.cfg.BatchSize, Shape: shape, Dtype: e.cfg.Dtype.Kernel()}
 	if err := e.layout.Validate(); err != nil {
 		return newError("new", ErrInvalid, "", err)
 	}

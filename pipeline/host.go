@@ -282,7 +282,7 @@ func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
 
 func (h *hostEngine) reserve(shape []int) error {
 	h.shape = shape
-	l := ptx.Layout{Samples: h.cfg.BatchSize, Shape: shape, Dtype: outDtype(h.cfg.Dtype)}
+	l := ptx.Layout{Samples: h.cfg.BatchSize, Shape: shape, Dtype: h.cfg.Dtype.Kernel()}
 	if err := l.Validate(); err != nil {
 		return newError("new", ErrInvalid, "", err)
 	}

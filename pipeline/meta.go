@@ -65,7 +65,7 @@ func newMetaCache(cfg Config, stats *statsSink) *metaCache {
 		sizes:   cache.NewLRU[string, int64](cfg.ShardIndexCache, nil),
 		stats:   stats,
 		maxElem: cfg.MaxBytesPerElement,
-		out:     outDtype(cfg.Dtype),
+		out:     cfg.Dtype.Kernel(),
 		stores:  newStores(cfg),
 	}
 	if cfg.ChunkCacheBytes > 0 {

@@ -330,39 +330,13 @@ func sumCeilings(cs []Ceiling) Ceiling {
 	return c
 }
 
-// ptxTransform is a sample's transform as the kernels take it.
-func ptxTransform(t *pipeline.Transform) ptx.Transform {
-	x := ptx.Identity()
-	for j, a := range t.Perm {
-		x.Perm[j] = uint8(a)
-		if t.Flip[j] {
-			x.Flips |= 1 << j
-		}
-	}
-	if t.Intensity {
-		x.Intensity = true
-		x.Scale, x.Offset, x.Lo, x.Hi = t.Scale, t.Offset, t.Low, t.High
-	}
-	return x
-}
-
-// fillFor is an array's fill value (its little-endian bytes) of kernel
-// type sdt as a fill op of output type out writes it (ptx.FillFor).
-func fillFor(out, sdt ptx.Dtype, fill []byte) (uint32, error) {
-	var v uint64
-	for i := len(fill) - 1; i >= 0; i-- {
-		v = v<<8 | uint64(fill[i])
-	}
-	return ptx.FillFor(out, sdt, v)
-}
-
 // prepareAssemble decodes the chunks of source k of the first measured
 // batch's first samples (up to assembleArenaBytes) into an arena and
 // plans their assembly as the engines do (plan.AddOp), each sample with
 // its transform from transforms (nil: none).
 func prepareAssemble(ctx context.Context, rg *rig, rp *replanned, bs *boxSet, k int, transforms []pipeline.Transform) (*assembleBench, error) {
 	dt, _ := pipeline.ParseDtype(bs.Sources[k].Dtype)
-	outType := outType(dt)
+	outType := dt.Kernel()
 	// Choose the samples and lay their distinct chunks out in the arena:
 	// the jobs of a batch come in the order its samples first need them.
 	zb := rp.first[k]
@@ -392,7 +366,7 @@ func prepareAssemble(ctx context.Context, rg *rig, rp *replanned, bs *boxSet, k 
 		return nil, err
 	}
 	for n := range min(samples, len(transforms)) {
-		if err := p.SetTransform(n, ptxTransform(&transforms[n])); err != nil {
+		if err := p.SetTransform(n, transforms[n].Kernel()); err != nil {
 			return nil, err
 		}
 	}
@@ -414,7 +388,7 @@ func prepareAssemble(ctx context.Context, rg *rig, rp *replanned, bs *boxSet, k 
 			s.Offset = at[c.Job]
 			src = &s
 		}
-		fill, err := fillFor(outType, sdt, a.FillValue())
+		fill, err := ptx.FillFor(outType, sdt, plan.FillValue(a.FillValue()))
 		if err != nil {
 			return nil, err
 		}

@@ -102,7 +102,7 @@ func reference(reg *zarr.Region, out pipeline.Dtype, xf *pipeline.Transform) ([]
 		copy(elem[:], reg.Data[i*es:(i+1)*es])
 		v := binary.LittleEndian.Uint64(elem[:])
 		if out.IsInteger() {
-			b, ok := ptx.IntBits(outType(out), src, v)
+			b, ok := ptx.IntBits(out.Kernel(), src, v)
 			if !ok {
 				return nil, fmt.Errorf("element %d of the source does not fit %v", i, out)
 			}
@@ -178,21 +178,6 @@ func transformed(x []byte, size int, shape []int64, xf *pipeline.Transform) []by
 		}
 	}
 	return y
-}
-
-// outType is the kernels' type of an output dtype.
-func outType(d pipeline.Dtype) ptx.Dtype {
-	switch d {
-	case pipeline.BF16:
-		return ptx.BFloat16
-	case pipeline.U8:
-		return ptx.Uint8
-	case pipeline.I32:
-		return ptx.Int32
-	case pipeline.I64:
-		return ptx.Int64
-	}
-	return ptx.Float32
 }
 
 // putBits writes the low size bytes of v in host byte order.
