@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from . import _cuda
 from ._dlpack import kDLCPU, kDLCUDA
 from ._errors import NativeCudaError
-from ._protocol import ProtocolError, batch_tensors, fd_count
+from ._protocol import ProtocolError, batch_tensors, fd_count, tensor_members
 from ._server import Connection, close_fds
 
 __all__ = ["Lease", "Engine", "HostEngine", "CudaEngine"]
@@ -239,12 +239,7 @@ class HostEngine(Engine):
         fds = list(fds)
         try:
             tensors = batch_tensors(batch)
-            hosts = []
-            for i, t in enumerate(tensors):
-                host = t.get("host")
-                if not isinstance(host, Mapping):
-                    raise ProtocolError(f"tensor {i} of a batch of the host engine has no host member")
-                hosts.append(host)
+            hosts = tensor_members(tensors, "host", "host")
             sent = [fd_count(t) for t in tensors]
             if any(n > 1 for n in sent) or len(fds) != sum(sent):
                 raise ProtocolError(
@@ -303,12 +298,7 @@ class CudaEngine(Engine):
         if not isinstance(top, Mapping):
             raise ProtocolError("a batch of the CUDA engine has no cuda member")
         tensors = batch_tensors(batch)
-        infos = []
-        for i, t in enumerate(tensors):
-            info = t.get("cuda")
-            if not isinstance(info, Mapping):
-                raise ProtocolError(f"tensor {i} of a batch of the CUDA engine has no cuda member")
-            infos.append(info)
+        infos = tensor_members(tensors, "cuda", "CUDA")
         # The batch's done event: the top level's (the server attaches it
         # to every slot of the batch).
         done = str(top.get("done_handle") or infos[0].get("done_handle") or "")

@@ -144,6 +144,18 @@ def batch_tensors(batch: Mapping[str, Any]) -> List[Mapping[str, Any]]:
     return tensors
 
 
+def tensor_members(tensors: List[Mapping[str, Any]], key: str, engine: str) -> List[Mapping[str, Any]]:
+    """Each TENSOR's ``key`` member ("host" or "cuda"), or a ProtocolError
+    naming the tensor that lacks it."""
+    out = []
+    for i, t in enumerate(tensors):
+        member = t.get(key)
+        if not isinstance(member, Mapping):
+            raise ProtocolError(f"tensor {i} of a batch of the {engine} engine has no {key} member")
+        out.append(member)
+    return out
+
+
 def sample_message(sample: Sample) -> Dict[str, Any]:
     """A push's form of one sample (``seed`` only when set: 0 and absent
     are the same)."""
