@@ -21,6 +21,13 @@ import (
 // not load, elsewhere the CUDA engine then decodes on the CPU.
 func runBoth(t *testing.T, cfg Config, samples []Sample, withNVCOMP bool) Stats {
 	t.Helper()
+	return runBothOn(t, cfg, samples, samples, withNVCOMP)
+}
+
+// runBothOn is runBoth with the CUDA engine reading gpuSamples: the same
+// boxes as samples at other URIs (a copy on a server).
+func runBothOn(t *testing.T, cfg Config, samples, gpuSamples []Sample, withNVCOMP bool) Stats {
+	t.Helper()
 	if withNVCOMP {
 		_, err := nvcomp.Load()
 		cudatest.RequireNVCOMP(t, err)
@@ -57,9 +64,8 @@ func runBoth(t *testing.T, cfg Config, samples []Sample, withNVCOMP bool) Stats 
 		t.Fatal(err)
 	}
 	defer gpu.Close()
-	for _, p := range []*Pipeline{host, gpu} {
-		pushAll(t, p, samples...)
-	}
+	pushAll(t, host, samples...)
+	pushAll(t, gpu, gpuSamples...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for got := 0; got < len(samples); {

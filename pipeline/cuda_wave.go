@@ -102,28 +102,10 @@ func (e *cudaEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 		defer wg.Done()
 		e.plan(ctx, reqs, planned, e.route, true)
 	}()
-	go func() { // read: gather a wave's parts, pread into a pinned slab
+	go func() { // read: gather a wave's parts, read them into a pinned slab
 		defer wg.Done()
 		defer close(loaded)
-		cw := &cudaWave{}
-		for w := range planned {
-			cw.parts = append(cw.parts, &wavePart{wave: w})
-			if w.joinsNext {
-				continue
-			}
-			e.load(ctx, cw)
-			e.wavesRead.Add(1)
-			select {
-			case loaded <- cw:
-			case <-ctx.Done():
-				e.recycle(cw)
-				return
-			}
-			cw = &cudaWave{}
-		}
-		if len(cw.parts) > 0 { // the wave's next part never came: shutdown
-			e.recycle(cw)
-		}
+		e.readWaves(ctx, planned, loaded)
 	}()
 	go func() { // route, CPU-decode, lay out the H2D copy
 		defer wg.Done()
@@ -210,8 +192,89 @@ func (e *cudaEngine) recycle(cw *cudaWave) {
 	}
 }
 
-// load reads a wave's parts into a pinned slab. A part's errors are its
-// batch's (p.err).
+// readWaves gathers the planned waves' parts, reads each wave into a
+// pinned slab (load) and passes the waves on in order. A wave that reads
+// from an object store is read while the wave before it is still being
+// read: its GETs take the lanes that the other's last GETs leave idle (at
+// 4 MiB / 16 MiB merged GETs a wave has about 80 of them on 64 lanes).
+// The waves read at once are bounded by the slabs, and by a hand-off to
+// the forwarder that takes the next wave only once the one before has gone
+// on. Local reads keep one wave at a time, as they fill the IO workers.
+func (e *cudaEngine) readWaves(ctx context.Context, planned <-chan *wave, loaded chan<- *cudaWave) {
+	type reading struct {
+		cw   *cudaWave
+		read chan struct{} // closed when load is done
+		sent chan struct{} // closed when the wave has gone on (or was given back)
+	}
+	order := make(chan reading)
+	var fwd sync.WaitGroup
+	fwd.Go(func() { // pass the waves on in the order they were planned
+		for r := range order {
+			<-r.read
+			e.wavesRead.Add(1)
+			select {
+			case loaded <- r.cw:
+			case <-ctx.Done():
+				e.recycle(r.cw)
+			}
+			close(r.sent)
+		}
+	})
+	defer func() {
+		close(order)
+		fwd.Wait()
+	}()
+	cw := &cudaWave{}
+	for w := range planned {
+		cw.parts = append(cw.parts, &wavePart{wave: w})
+		if w.joinsNext {
+			continue
+		}
+		r := reading{cw: cw, read: make(chan struct{}), sent: make(chan struct{})}
+		remote := cw.remote()
+		if remote {
+			go func() {
+				defer close(r.read)
+				e.load(ctx, r.cw)
+			}()
+		} else {
+			e.load(ctx, cw)
+			close(r.read)
+		}
+		select {
+		case order <- r:
+		case <-ctx.Done():
+			<-r.read
+			e.recycle(cw)
+			return
+		}
+		if !remote {
+			select {
+			case <-r.sent:
+			case <-ctx.Done():
+				return
+			}
+		}
+		cw = &cudaWave{}
+	}
+	if len(cw.parts) > 0 { // the wave's next part never came: shutdown
+		e.recycle(cw)
+	}
+}
+
+// remote reports whether any part of the wave reads from an object store.
+func (cw *cudaWave) remote() bool {
+	for _, p := range cw.parts {
+		if hasRemote(p.reads) {
+			return true
+		}
+	}
+	return false
+}
+
+// load reads a wave's parts into a pinned slab: a remote wave's parts at
+// once (their GETs share the lanes), a local wave's one after another. A
+// part's errors are its batch's (p.err).
 func (e *cudaEngine) load(ctx context.Context, cw *cudaWave) {
 	for _, p := range cw.parts {
 		if err := p.batch.failed(); err != nil {
@@ -221,7 +284,8 @@ func (e *cudaEngine) load(ctx context.Context, cw *cudaWave) {
 	if se := e.sticky.Load(); se != nil {
 		cw.err = se
 	}
-	if len(cw.live()) == 0 {
+	live := cw.live()
+	if len(live) == 0 {
 		return
 	}
 	select {
@@ -230,21 +294,34 @@ func (e *cudaEngine) load(ctx context.Context, cw *cudaWave) {
 		cw.err = ctx.Err()
 		return
 	}
-	for _, p := range cw.live() {
-		reads := p.reads
-		if e.maps != nil {
-			var err error
-			if reads, err = e.mapReads(p.wave); err != nil {
-				p.err = err
-				continue
-			}
+	if len(live) > 1 && cw.remote() {
+		var wg sync.WaitGroup
+		for _, p := range live {
+			wg.Go(func() { e.loadPart(ctx, cw, p) })
 		}
-		if err := e.read(ctx, p.wave, reads, cw.slab.Bytes()); err != nil {
+		wg.Wait()
+		return
+	}
+	for _, p := range live {
+		e.loadPart(ctx, cw, p)
+	}
+}
+
+// loadPart reads one part of a wave into the wave's slab.
+func (e *cudaEngine) loadPart(ctx context.Context, cw *cudaWave, p *wavePart) {
+	reads := p.reads
+	if e.maps != nil {
+		var err error
+		if reads, err = e.mapReads(p.wave); err != nil {
 			p.err = err
-			continue
+			return
 		}
-		if e.maps != nil {
-			e.heatUp(reads)
-		}
+	}
+	if err := e.read(ctx, p.wave, reads, cw.slab.Bytes()); err != nil {
+		p.err = err
+		return
+	}
+	if e.maps != nil {
+		e.heatUp(reads)
 	}
 }

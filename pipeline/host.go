@@ -29,6 +29,7 @@ type stages struct {
 	fds    *fdCache
 	io     *work.Pool
 	cpu    *work.Pool
+	gets   chan int           // GET lanes: a token per request in flight (Config.IOConcurrency), shared by the waves read at once
 	decs   chan *zarr.Decoder // one per CPU worker
 	lim    waveLimits
 	chunks *chunkCache // nil: no chunk cache
@@ -57,6 +58,10 @@ func newStages(cfg Config, stats *statsSink) (*stages, error) {
 	}
 	s.io = work.NewPool(cfg.IOThreads)
 	s.cpu = work.NewPool(cfg.ComputeThreads)
+	s.gets = make(chan int, cfg.IOConcurrency)
+	for i := range cfg.IOConcurrency {
+		s.gets <- i
+	}
 	if cfg.ChunkCacheBytes > 0 {
 		s.chunks = newChunkCache(cfg.ChunkCacheBytes, stats)
 	}

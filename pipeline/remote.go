@@ -78,9 +78,10 @@ func groupRemote(reads []readOp, slab []byte, m plan.GETMerge) (reqs []remoteReq
 	return reqs, local
 }
 
-// readRemote runs a wave that has ops on object stores: their GETs up to
-// Config.IOConcurrency at once, the local ops on the IO workers alongside.
-// The first failure cancels the rest.
+// readRemote runs a wave that has ops on object stores: their GETs on the
+// GET lanes (Config.IOConcurrency in flight, over all the waves being
+// read), the local ops on the IO workers alongside. The first failure
+// cancels the rest.
 func (s *stages) readRemote(ctx context.Context, w *wave, reads []readOp, slab []byte) error {
 	t := time.Now()
 	reqs, local := groupRemote(reads, slab, plan.GETMerge{Gap: s.cfg.RemoteGapBytes, Span: s.cfg.RemoteSpanBytes})
@@ -109,10 +110,6 @@ func (s *stages) readRemote(ctx context.Context, w *wave, reads []readOp, slab [
 			}
 		})
 	}
-	lanes := make(chan int, s.cfg.IOConcurrency)
-	for i := range s.cfg.IOConcurrency {
-		lanes <- i
-	}
 issue:
 	for i := range reqs {
 		q := &reqs[i]
@@ -122,12 +119,12 @@ issue:
 		transferred += q.bytes
 		var lane int
 		select {
-		case lane = <-lanes:
+		case lane = <-s.gets:
 		case <-ctx.Done():
 			break issue
 		}
 		wg.Go(func() {
-			defer func() { lanes <- lane }()
+			defer func() { s.gets <- lane }()
 			t0 := time.Now()
 			err := q.src.obj.ReadRanges(ctx, q.key, q.ranges)
 			s.trace.span(Span{Stage: "read", Lane: fmt.Sprintf("remote %d", lane), Batch: w.batch.req.id, Wave: w.index, Start: t0, End: time.Now(), Bytes: q.bytes})
