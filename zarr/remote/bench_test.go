@@ -18,7 +18,7 @@ import (
 // GETs, 64 in flight, as the pipeline reads shards: each GET spans 2 MiB
 // and delivers chunks of 192 KiB with gaps of 64 KiB between them (the
 // gaps stream past and are dropped), or (whole) delivers its whole span.
-// It goes through s3:// (the AWS SDK, SigV4) and through http:// (the
+// It goes through s3:// (signed, SigV4) and through http:// (the
 // same server, the bucket made public). B/s counts the bytes transferred;
 // client-cpu-ms/GB and server-cpu-ms/GB are the CPU time this process and
 // MinIO spent per GB transferred: on loopback the two share the cores.

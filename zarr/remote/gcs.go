@@ -41,7 +41,11 @@ func (o *Opener) newGCSBackend(ctx context.Context, bucket string) (backend, err
 	base := *o.gcs.endpoint
 	base.Path = strings.TrimSuffix(base.Path, "/") + "/" + bucket
 	base.RawPath = ""
-	return &httpBackend{client: o.client, base: &base, name: "gs://" + bucket, gcs: o.gcs, bucketName: bucket, tokens: o.gcs.tokens}, nil
+	b := &httpBackend{requester: requesterFor(o.client, &base), base: &base, name: "gs://" + bucket, gcs: o.gcs, bucketName: bucket, tokens: o.gcs.tokens}
+	if b.tokens != nil {
+		b.auth = tokenAuth{b.tokens}
+	}
+	return b, nil
 }
 
 // gcsSetup finds the endpoint and the credentials: the options', else

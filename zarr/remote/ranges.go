@@ -4,6 +4,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // contentRange is a parsed Content-Range: bytes first-last/total (total
@@ -53,7 +54,14 @@ type sink struct {
 	i      int   // the first range not yet complete
 	pos    int64 // next object byte to receive
 	end    int64 // one past the last byte wanted
+	// scratch holds buffers of scratchSize (*[]byte) that the bytes
+	// between ranges are read into and dropped; nil: io.Discard's.
+	scratch *sync.Pool
 }
+
+// scratchSize is the size of the buffers that the bytes between ranges
+// are read into: large reads, few system calls.
+const scratchSize = 64 << 10
 
 func newSink(ranges []Range) *sink {
 	k := &sink{ranges: ranges, pos: ranges[0].Off}
@@ -70,7 +78,12 @@ func (k *sink) skipEmpty() {
 }
 
 func (k *sink) rangeHeader() string {
-	return "bytes=" + strconv.FormatInt(k.pos, 10) + "-" + strconv.FormatInt(k.end-1, 10)
+	var buf [48]byte
+	b := append(buf[:0], "bytes="...)
+	b = strconv.AppendInt(b, k.pos, 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, k.end-1, 10)
+	return string(b)
 }
 
 // consume reads r, which yields the object's bytes from k.pos on, until
@@ -80,7 +93,7 @@ func (k *sink) consume(r io.Reader, limit int64) error {
 	for k.pos < limit {
 		rg := &k.ranges[k.i]
 		if k.pos < rg.Off {
-			n, err := io.CopyN(io.Discard, r, min(rg.Off, limit)-k.pos)
+			n, err := k.skip(r, min(rg.Off, limit)-k.pos)
 			k.pos += n
 			if err != nil {
 				return unexpected(err)
@@ -99,6 +112,27 @@ func (k *sink) consume(r io.Reader, limit int64) error {
 		}
 	}
 	return nil
+}
+
+// skip reads n bytes of r and drops them, as io.CopyN to io.Discard does.
+func (k *sink) skip(r io.Reader, n int64) (int64, error) {
+	if k.scratch == nil {
+		return io.CopyN(io.Discard, r, n)
+	}
+	bp := k.scratch.Get().(*[]byte)
+	defer k.scratch.Put(bp)
+	var done int64
+	for done < n {
+		m, err := r.Read((*bp)[:min(n-done, int64(len(*bp)))])
+		done += int64(m)
+		if err != nil {
+			if err == io.EOF && done == n {
+				break
+			}
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 func unexpected(err error) error {

@@ -196,6 +196,9 @@ type Opener struct {
 	s3     *s3Clients
 	gcs    *gcsAuth
 	idle   []*http.Transport // transports of our own besides client's, closed with it
+	// scratch holds the buffers that the bytes between the ranges of a
+	// GET are read into and dropped (see sink).
+	scratch sync.Pool
 
 	requests, retries atomic.Int64
 }
@@ -212,6 +215,7 @@ func NewOpener(opts Options) (*Opener, error) {
 	if o.client == nil {
 		o.client, o.own = newHTTPClient(opts.Concurrency), true
 	}
+	o.scratch.New = func() any { b := make([]byte, scratchSize); return &b }
 	o.ctx, o.cancel = context.WithCancel(context.Background())
 	return o, nil
 }

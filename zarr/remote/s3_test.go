@@ -2,11 +2,21 @@ package remote_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/xml"
 	"errors"
+	"io"
 	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/remote"
@@ -135,4 +145,100 @@ func TestS3MinIO(t *testing.T) {
 			t.Errorf("err = %v, want a 403 that says the request was unsigned", err)
 		}
 	})
+}
+
+// TestS3SignedKeysAndSessionToken reads, signed, objects whose keys
+// escape in every way (spaces, "+", "=", "~", unicode, nested), with the
+// root credentials and with temporary ones from MinIO's STS (AssumeRole),
+// found in the environment, whose session token is signed too; a token
+// that is not the server's is refused.
+func TestS3SignedKeysAndSessionToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a MinIO server")
+	}
+	isolateAWS(t)
+	leakCheck(t)
+	m := remotetest.StartMinIO(t)
+	m.CreateBucket(t, "keys")
+	dir := t.TempDir()
+	objects := map[string]string{
+		"a+b=c~d": "plus", "sp ace/(1).json": "space", "ünïcødé/ключ/鍵": "unicode",
+		"nested/deep/er/c/0/1": "nested", "odd!*'();:@&$,[]%25": "odd",
+	}
+	for k, v := range objects {
+		p := filepath.Join(dir, filepath.FromSlash(k))
+		if err := os.MkdirAll(filepath.Dir(p), 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v), 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Upload(t, dir, "s3://keys/p")
+	read := func(t *testing.T, opts remote.Options) {
+		st, _, _ := openStore(t, opts, "s3://keys/p")
+		for k, v := range objects {
+			b, err := st.ReadObject("p/"+k, 100)
+			if err != nil || string(b) != v {
+				t.Errorf("ReadObject(%q) = %q, %v; want %q", k, b, err, v)
+			}
+			if n, err := st.Size("p/" + k); err != nil || n != int64(len(v)) {
+				t.Errorf("Size(%q) = %d, %v", k, n, err)
+			}
+		}
+	}
+	t.Run("root", func(t *testing.T) { read(t, m.Options()) })
+	key, secret, token := assumeRole(t, m)
+	t.Setenv("AWS_ACCESS_KEY_ID", key)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
+	t.Setenv("AWS_SESSION_TOKEN", token)
+	fromEnv := remote.Options{S3: remote.S3Options{Endpoint: m.Endpoint, Region: "us-east-1"}}
+	t.Run("session token", func(t *testing.T) { read(t, fromEnv) })
+	t.Run("foreign token", func(t *testing.T) {
+		t.Setenv("AWS_SESSION_TOKEN", token+"x")
+		st, _, o := openStore(t, fromEnv, "s3://keys/p")
+		_, err := st.ReadObject("p/a+b=c~d", 100)
+		if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "the environment (AWS_ACCESS_KEY_ID)") {
+			t.Errorf("err = %v, want a 403 naming the credentials' source", err)
+		}
+		if s := o.Stats(); s.Requests != 1 {
+			t.Errorf("%d requests, want 1", s.Requests)
+		}
+	})
+}
+
+// assumeRole gets temporary credentials from MinIO's STS with its root
+// credentials: a POST of the AssumeRole action, signed for "sts".
+func assumeRole(t *testing.T, m *remotetest.MinIO) (key, secret, token string) {
+	t.Helper()
+	body := "Action=AssumeRole&Version=2011-06-15&DurationSeconds=900"
+	req, err := http.NewRequest("POST", m.Endpoint+"/", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	sum := sha256.Sum256([]byte(body))
+	creds := aws.Credentials{AccessKeyID: m.AccessKey, SecretAccessKey: m.SecretKey}
+	if err := v4.NewSigner().SignHTTP(context.Background(), creds, req, hex.EncodeToString(sum[:]), "sts", "us-east-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Creds struct {
+			AccessKeyID     string `xml:"AccessKeyId"`
+			SecretAccessKey string
+			SessionToken    string
+		} `xml:"AssumeRoleResult>Credentials"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if err := xml.Unmarshal(b, &out); err != nil || resp.StatusCode != http.StatusOK || out.Creds.SessionToken == "" {
+		t.Fatalf("AssumeRole: %s: %v\n%s", resp.Status, err, b)
+	}
+	return out.Creds.AccessKeyID, out.Creds.SecretAccessKey, out.Creds.SessionToken
 }

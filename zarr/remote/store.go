@@ -333,6 +333,7 @@ func (e *shortObject) Error() string { return fmt.Sprintf("object of %d bytes", 
 // get reads the sink's span of the object key, resuming where an attempt
 // stopped.
 func (s *Store) get(ctx context.Context, key string, k *sink) error {
+	k.scratch = &s.o.scratch
 	return s.do(ctx, http.MethodGet, key, k.rangeHeader, func(r *response) (bool, error) {
 		switch r.status {
 		case http.StatusPartialContent:
@@ -437,6 +438,9 @@ func (s *Store) do(ctx context.Context, method, key string, rng func() string, h
 }
 
 func annotate(err error, attempts int) error {
+	if err == nil {
+		return nil
+	}
 	var e *Error
 	if errors.As(err, &e) && e.Attempts == 0 {
 		e.Attempts = attempts
