@@ -127,7 +127,9 @@ issue:
 			defer func() { s.gets <- lane }()
 			t0 := time.Now()
 			err := q.src.obj.ReadRanges(ctx, q.key, q.ranges)
-			s.trace.span(Span{Stage: "read", Lane: fmt.Sprintf("remote %d", lane), Batch: w.batch.req.id, Wave: w.index, Start: t0, End: time.Now(), Bytes: q.bytes})
+			if s.trace != nil {
+				s.trace.span(Span{Stage: "read", Lane: fmt.Sprintf("remote %d", lane), Batch: w.batch.req.id, Wave: w.index, Start: t0, End: time.Now(), Bytes: q.bytes})
+			}
 			if err != nil {
 				fail(remoteReadError(q, err))
 			}
