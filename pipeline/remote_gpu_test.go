@@ -23,6 +23,7 @@ func TestCUDARemoteWaves(t *testing.T) {
 	srv.Inject(remotetest.Fault{Kind: remotetest.Reset, Path: "blosc", Method: "GET", Times: 2})
 	cfg := remoteConfig()
 	cfg.IOConcurrency = 3
+	cfg.HostBufferBytes = 4 << 20 // the CUDA engine's three slabs, each above a chunk's need
 	cfg.Remote.HTTPClient = srv.Client()
 	samples := remoteSamples(t, dir, names, cfg.SampleShape, 90, seed)
 	st := runBothOn(t, cfg, samples, rebase(samples, dir, srv.URL), true)
