@@ -53,6 +53,7 @@ done <<'EOF'
 all|
 S3 SDK (middleware, signing, deserializing)|aws-sdk-go-v2|smithy-go
   of which SigV4 signing|aws/signer/v4\.
+damacy's SigV4 signing (zarr/remote)|damacy/zarr/remote\.\(\*s3Signer\)
   of which hashing (sha256, hmac)|crypto/sha256|crypto/hmac
 minio-go client (getload)|minio/minio-go
 net/http client (transport, conn reads)|net/http\.

@@ -3,7 +3,7 @@
 // or more concurrencies, and reports what the server gave: GB/s, GETs per
 // second, latency percentiles and the client's own CPU time. It measures
 // the server's GET ceiling for the run's request sizes apart from damacy's
-// client (the AWS SDK behind zarr/remote).
+// client (zarr/remote's plain-HTTP GETs, SigV4-signed there).
 //
 //	damacy bench --data s3://bucket/bench/throughput --gets-out gets.json throughput
 //	getload --gets gets.json --concurrency 32,64,128,256 --duration 10s --json
