@@ -19,18 +19,9 @@ import (
 // a server that fails some requests on the way, and requires the batches
 // of the host engine reading the local files, bit for bit.
 func TestCUDARemoteWaves(t *testing.T) {
-	cudatest.MustHaveGPU(t)
-	dir := t.TempDir()
-	seed := zarrtest.Seed(t)
-	names := writeRemoteCases(t, dir, seed)
-	srv := remotetest.NewFaultServer(t, dir, false)
+	srv, cfg, samples, dir := cudaRemoteSetup(t, 90)
 	srv.Inject(remotetest.Fault{Kind: remotetest.Status503, Path: "zstd", Method: "GET", Times: 3})
 	srv.Inject(remotetest.Fault{Kind: remotetest.Reset, Path: "blosc", Method: "GET", Times: 2})
-	cfg := remoteConfig()
-	cfg.IOConcurrency = 3
-	cfg.HostBufferBytes = 4 << 20 // the CUDA engine's three slabs, each above a chunk's need
-	cfg.Remote.HTTPClient = srv.Client()
-	samples := remoteSamples(t, dir, names, cfg.SampleShape, 90, seed)
 	st := runBothOn(t, cfg, samples, rebase(samples, dir, srv.URL), true)
 	t.Logf("%d waves (%d shared) for %d batches, %d requests (%d retries), at most %d at once",
 		st.WavesEmitted, st.WavesShared, st.BatchesEmitted, st.RemoteRequests, st.RemoteRetries, srv.MaxInFlight())
@@ -45,17 +36,9 @@ func TestCUDARemoteWaves(t *testing.T) {
 // stalled): Close returns promptly, a Pop waiting ends with ErrShutdown,
 // and no goroutine is left behind.
 func TestCUDARemoteClose(t *testing.T) {
-	cudatest.MustHaveGPU(t)
-	dir := t.TempDir()
-	seed := zarrtest.Seed(t)
-	names := writeRemoteCases(t, dir, seed)
-	srv := remotetest.NewFaultServer(t, dir, false)
-	cfg := remoteConfig()
+	srv, cfg, local, dir := cudaRemoteSetup(t, 36)
 	cfg.Device = "cuda"
-	cfg.IOConcurrency = 3
-	cfg.HostBufferBytes = 4 << 20
-	cfg.Remote.HTTPClient = srv.Client()
-	samples := rebase(remoteSamples(t, dir, names, cfg.SampleShape, 36, seed), dir, srv.URL)
+	samples := rebase(local, dir, srv.URL)
 	before := runtime.NumGoroutine()
 	p, err := New(cfg)
 	if err != nil {
@@ -113,4 +96,22 @@ func TestCUDARemoteClose(t *testing.T) {
 	}
 	srv.Client().CloseIdleConnections()
 	checkGoroutines(t, before)
+}
+
+// cudaRemoteSetup skips without a GPU; it writes the remote cases into a
+// directory that a fault server serves, and returns the server, a Config
+// reading through it (3 GETs in flight; staging slabs that the CUDA engine
+// accepts) and n random boxes as samples of the local files.
+func cudaRemoteSetup(t *testing.T, n int) (*remotetest.FaultServer, Config, []Sample, string) {
+	t.Helper()
+	cudatest.MustHaveGPU(t)
+	dir := t.TempDir()
+	seed := zarrtest.Seed(t)
+	names := writeRemoteCases(t, dir, seed)
+	srv := remotetest.NewFaultServer(t, dir, false)
+	cfg := remoteConfig()
+	cfg.IOConcurrency = 3
+	cfg.HostBufferBytes = 4 << 20 // the CUDA engine's three slabs, each above a chunk's need
+	cfg.Remote.HTTPClient = srv.Client()
+	return srv, cfg, remoteSamples(t, dir, names, cfg.SampleShape, n, seed), dir
 }
