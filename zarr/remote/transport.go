@@ -11,7 +11,6 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -26,102 +25,42 @@ var errConnectTimeout = fmt.Errorf("connect timeout: %w", context.DeadlineExceed
 // attempt is one try of a request: its context, which ends at the
 // response timeout (Options.Timeout) or, while no connection is ready, at
 // the connect timeout; and how far the request got, from the HTTP
-// client's trace, so that a timeout can say which one passed. One
-// allocation holds it all but the context's own parts: a cancelable
-// context, one timer serving both timeouts, and the trace.
+// client's trace, so that a timeout can say which one passed.
 type attempt struct {
-	ctx    context.Context // the request's: the trace over view
-	caller context.Context // the caller's: its end is final
-	view   deadlineCtx     // the cancelable context, with the response deadline
-	cancel context.CancelCauseFunc
-	// connectBy is when the connect timeout passes; zero when it is not
-	// shorter than the response timeout.
-	connectBy time.Time
-
-	mu      sync.Mutex  // guards timer and stopped against tick
-	timer   *time.Timer // fires at connectBy, then at the deadline
-	stopped bool
-
-	connected atomic.Bool // a connection was ready (TCP, and TLS for https)
-	responded atomic.Bool // the response's first byte came
-	expired   atomic.Bool // the response timeout passed
-	trace     httptrace.ClientTrace
-}
-
-// deadlineCtx is a cancelable context that also reports the response
-// deadline, as a timeout context would: the dialer shares what is left of
-// it between a host's addresses. The attempt's timer ends it then.
-type deadlineCtx struct {
-	context.Context
-	deadline time.Time
-}
-
-func (c *deadlineCtx) Deadline() (time.Time, bool) {
-	if d, ok := c.Context.Deadline(); ok && d.Before(c.deadline) {
-		return d, true
-	}
-	return c.deadline, true
+	ctx       context.Context // the request's
+	caller    context.Context // the caller's: its end is final
+	deadline  context.Context // ends at the response timeout
+	connected atomic.Bool     // a connection was ready (TCP, and TLS for https)
+	responded atomic.Bool     // the response's first byte came
+	stop      func()
 }
 
 // newAttempt starts an attempt under ctx; its stop must be called.
 func (o *Opener) newAttempt(ctx context.Context) *attempt {
 	a := &attempt{caller: ctx}
-	now := time.Now()
-	cctx, cancel := context.WithCancelCause(ctx)
-	a.view = deadlineCtx{Context: cctx, deadline: now.Add(o.opts.Timeout)}
-	a.cancel = cancel
-	first := o.opts.Timeout
+	dctx, cancelDeadline := context.WithTimeout(ctx, o.opts.Timeout)
+	cctx, cancel := context.WithCancelCause(dctx)
+	a.deadline = dctx
+	var timer *time.Timer
 	if ct := o.opts.ConnectTimeout; ct < o.opts.Timeout {
-		a.connectBy, first = now.Add(ct), ct
+		timer = time.AfterFunc(ct, func() {
+			if !a.connected.Load() {
+				cancel(errConnectTimeout)
+			}
+		})
 	}
-	a.trace.GotConn = a.gotConn
-	a.trace.GotFirstResponseByte = a.gotFirstByte
-	a.ctx = httptrace.WithClientTrace(&a.view, &a.trace)
-	a.mu.Lock()
-	a.timer = time.AfterFunc(first, a.tick)
-	a.mu.Unlock()
+	a.ctx = httptrace.WithClientTrace(cctx, &httptrace.ClientTrace{
+		GotConn:              func(httptrace.GotConnInfo) { a.connected.Store(true) },
+		GotFirstResponseByte: func() { a.responded.Store(true) },
+	})
+	a.stop = func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		cancel(nil)
+		cancelDeadline()
+	}
 	return a
-}
-
-func (a *attempt) gotConn(httptrace.GotConnInfo) { a.connected.Store(true) }
-
-func (a *attempt) gotFirstByte() { a.responded.Store(true) }
-
-// tick ends the attempt at the connect timeout when no connection is
-// ready yet, and at the response timeout.
-func (a *attempt) tick() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.stopped {
-		return
-	}
-	if !a.connectBy.IsZero() {
-		if !a.connected.Load() {
-			a.cancel(errConnectTimeout)
-			return
-		}
-		a.connectBy = time.Time{}
-		if d := time.Until(a.view.deadline); d > 0 {
-			a.timer.Reset(d)
-			return
-		}
-	}
-	a.expired.Store(true)
-	a.cancel(context.DeadlineExceeded)
-}
-
-// timedOut reports whether the response timeout has passed.
-func (a *attempt) timedOut() bool {
-	return a.expired.Load() || !time.Now().Before(a.view.deadline)
-}
-
-// stop ends the attempt, releasing its timer and context.
-func (a *attempt) stop() {
-	a.mu.Lock()
-	a.stopped = true
-	a.timer.Stop()
-	a.mu.Unlock()
-	a.cancel(nil)
 }
 
 // netError is a failure that left no complete response, described: what
@@ -176,11 +115,11 @@ func describe(srv server, opts Options, a *attempt, err error) (error, bool) {
 		case context.Cause(a.ctx) == errConnectTimeout:
 			err = errConnectTimeout // not the client's context.Canceled
 			return say(true, "no connection to %s within the connect timeout of %v", srv, opts.ConnectTimeout)
-		case a.timedOut() && !a.connected.Load():
+		case a.deadline.Err() != nil && !a.connected.Load():
 			return say(true, "no connection to %s within the timeout of %v", srv, opts.Timeout)
-		case a.timedOut() && !a.responded.Load():
+		case a.deadline.Err() != nil && !a.responded.Load():
 			return say(true, "%s sent no response within the response timeout of %v", srv, opts.Timeout)
-		case a.timedOut():
+		case a.deadline.Err() != nil:
 			return say(true, "the response from %s stalled: its body did not arrive within the response timeout of %v", srv, opts.Timeout)
 		}
 	}
