@@ -55,7 +55,8 @@ type sink struct {
 	pos    int64 // next object byte to receive
 	end    int64 // one past the last byte wanted
 	// scratch holds buffers of scratchSize (*[]byte) that the bytes
-	// between ranges are read into and dropped; nil: io.Discard's.
+	// between ranges are read into and dropped (the Opener's; Store.get
+	// sets it).
 	scratch *sync.Pool
 }
 
@@ -116,9 +117,6 @@ func (k *sink) consume(r io.Reader, limit int64) error {
 
 // skip reads n bytes of r and drops them, as io.CopyN to io.Discard does.
 func (k *sink) skip(r io.Reader, n int64) (int64, error) {
-	if k.scratch == nil {
-		return io.CopyN(io.Discard, r, n)
-	}
 	bp := k.scratch.Get().(*[]byte)
 	defer k.scratch.Put(bp)
 	var done int64
