@@ -235,10 +235,10 @@ func (e *cudaEngine) readWaves(ctx context.Context, planned <-chan *wave, loaded
 		if remote {
 			go func() {
 				defer close(r.read)
-				e.load(ctx, r.cw)
+				e.load(ctx, r.cw, true)
 			}()
 		} else {
-			e.load(ctx, cw)
+			e.load(ctx, cw, false)
 			close(r.read)
 		}
 		select {
@@ -275,7 +275,7 @@ func (cw *cudaWave) remote() bool {
 // load reads a wave's parts into a pinned slab: a remote wave's parts at
 // once (their GETs share the lanes), a local wave's one after another. A
 // part's errors are its batch's (p.err).
-func (e *cudaEngine) load(ctx context.Context, cw *cudaWave) {
+func (e *cudaEngine) load(ctx context.Context, cw *cudaWave, remote bool) {
 	for _, p := range cw.parts {
 		if err := p.batch.failed(); err != nil {
 			p.err = err
@@ -294,7 +294,7 @@ func (e *cudaEngine) load(ctx context.Context, cw *cudaWave) {
 		cw.err = ctx.Err()
 		return
 	}
-	if len(live) > 1 && cw.remote() {
+	if len(live) > 1 && remote {
 		var wg sync.WaitGroup
 		for _, p := range live {
 			wg.Go(func() { e.loadPart(ctx, cw, p) })
