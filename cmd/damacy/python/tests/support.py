@@ -21,6 +21,21 @@ def config(**kwargs) -> damacy.Config:
     return damacy.Config(**base)
 
 
+def host_config(**kwargs) -> damacy.Config:
+    """A host-engine config for stores of small chunks (below 1 MiB), on
+    few threads; kwargs override."""
+    base = dict(
+        host_buffer_bytes=4 << 20,
+        device_buffer_bytes=4 << 20,
+        max_chunk_uncompressed_bytes=1 << 20,
+        device="cpu",
+        n_io_threads=2,
+        n_compute_threads=1,
+    )
+    base.update(kwargs)
+    return damacy.Config(**base)
+
+
 def sample(i: int, uri: str = "mem://a", shape=(2, 3, 4), level: int = 0) -> damacy.Sample:
     """The i-th sample of a simple stream: boxes along axis 0."""
     return damacy.Sample(

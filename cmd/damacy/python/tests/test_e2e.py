@@ -24,26 +24,12 @@ import damacy
 
 import support
 from refdata import assert_batch
-from support import gone
+from support import gone, host_config
 
 zarr = pytest.importorskip("zarr")
 zarr_codecs = pytest.importorskip("zarr.codecs")
 
 BOX = (6, 9, 10)
-
-
-def host_config(**kwargs) -> damacy.Config:
-    """A small host-engine config (chunks here are far below 1 MiB)."""
-    base = dict(
-        host_buffer_bytes=4 << 20,
-        device_buffer_bytes=4 << 20,
-        max_chunk_uncompressed_bytes=1 << 20,
-        device="cpu",
-        n_io_threads=2,
-        n_compute_threads=1,
-    )
-    base.update(kwargs)
-    return damacy.Config(**base)
 
 
 def shm() -> set:

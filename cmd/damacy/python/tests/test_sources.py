@@ -43,7 +43,7 @@ from damacy import Dtype, Source  # noqa: E402
 import support  # noqa: E402
 from fake_server import FakeServer, _handle  # noqa: E402
 from refdata import assert_batch, bf16_bits, pattern  # noqa: E402
-from support import sample, wait_until  # noqa: E402
+from support import host_config, sample, wait_until  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -669,19 +669,6 @@ def random_samples(rng: np.random.Generator, images, n: int) -> List[damacy.Samp
         starts = [int(rng.integers(-3, s - e + 4)) for s, e in zip(image.shape, BOX)]
         out.append(damacy.Sample(path, [(a, a + e) for a, e in zip(starts, BOX)]))
     return out
-
-
-def host_config(**kwargs) -> damacy.Config:
-    base = dict(
-        host_buffer_bytes=4 << 20,
-        device_buffer_bytes=4 << 20,
-        max_chunk_uncompressed_bytes=1 << 20,
-        device="cpu",
-        n_io_threads=2,
-        n_compute_threads=1,
-    )
-    base.update(kwargs)
-    return damacy.Config(**base)
 
 
 def check(batch: damacy.Batch, samples: List[damacy.Sample], image_dtype: str) -> None:

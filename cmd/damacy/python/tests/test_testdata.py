@@ -21,6 +21,7 @@ import pytest
 import damacy
 
 from refdata import assert_batch
+from support import host_config
 
 zarr = pytest.importorskip("zarr")
 
@@ -103,19 +104,6 @@ def readable() -> Dict[int, List[dict]]:
         if not e.get("error"):
             out.setdefault(len(e["shape"]), []).append(e)
     return out
-
-
-def host_config(**kwargs) -> damacy.Config:
-    base = dict(
-        host_buffer_bytes=4 << 20,
-        device_buffer_bytes=4 << 20,
-        max_chunk_uncompressed_bytes=1 << 20,
-        device="cpu",
-        n_io_threads=2,
-        n_compute_threads=1,
-    )
-    base.update(kwargs)
-    return damacy.Config(**base)
 
 
 def test_zarr_python_reads_the_expected_values():
