@@ -41,6 +41,7 @@ from damacy._protocol import ProtocolError, hello_config, sample_message, tensor
 
 from fake_server import FakeServer  # noqa: E402
 from refdata import bf16_bits, bf16_isnan  # noqa: E402
+import support  # noqa: E402
 
 
 # Values.
@@ -470,19 +471,7 @@ def host_config(augment: Augment, image_dtype: str = "f32", label: bool = True, 
     sources = [Source("image", dtype=image_dtype)]
     if label:
         sources.append(Source("label", label="cells", dtype="u8"))
-    base: Dict[str, Any] = dict(
-        batch_size=4,
-        host_buffer_bytes=4 << 20,
-        device_buffer_bytes=4 << 20,
-        max_chunk_uncompressed_bytes=1 << 20,
-        device="cpu",
-        n_io_threads=2,
-        n_compute_threads=1,
-        sources=sources,
-        augment=augment,
-    )
-    base.update(kw)
-    return damacy.Config(**base)
+    return support.host_config(**{"batch_size": 4, "sources": sources, "augment": augment, **kw})
 
 
 def run(cfg: damacy.Config, samples: List[damacy.Sample]) -> List[Dict[str, Any]]:

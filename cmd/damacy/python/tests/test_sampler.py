@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import damacy
+import support
 
 zarr = pytest.importorskip("zarr")
 
@@ -238,18 +239,7 @@ def test_foreground(serve_binary, tmp_path):
 
 
 def _config(**kwargs) -> damacy.Config:
-    base = dict(
-        batch_size=4,
-        host_buffer_bytes=4 << 20,
-        device_buffer_bytes=4 << 20,
-        max_chunk_uncompressed_bytes=1 << 20,
-        device="cpu",
-        n_io_threads=2,
-        n_compute_threads=1,
-        batch_slots=2,
-    )
-    base.update(kwargs)
-    return damacy.Config(**base)
+    return support.host_config(**{"batch_size": 4, "batch_slots": 2, **kwargs})
 
 
 def _values(batch) -> np.ndarray:
