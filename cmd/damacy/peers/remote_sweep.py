@@ -19,7 +19,9 @@ WORK/bin; nvCOMP, when there, becomes DAMACY_NVCOMP):
      ranges through damacy's client), the first writing the GET list
      (--gets-out) and the one at --profile-concurrency a CPU profile;
   3. getload: the same GETs through minio-go at each --concurrency (MinIO's
-     GET ceiling from another client stack);
+     GET ceiling from another client stack); floor: the same GETs over
+     plain TCP, no HTTP, from getload --serve-raw on --server-cpus, without
+     and with SO_RCVLOWAT (what the kernel alone costs a client per GB);
   4. coalesce: for each GAP/SPAN of --coalesce, a run with larger merged
      GETs (--remote-gap, --remote-span) and getload on its GET list;
   5. loaders: --loaders runs at once without ceilings, one per GPU (round
@@ -53,7 +55,7 @@ sys.path.insert(0, HERE)
 from remote_compare import MinIO  # noqa: E402
 import sweep_report  # noqa: E402
 
-PARTS = ("local", "runs", "getload", "coalesce", "loaders", "link")
+PARTS = ("local", "runs", "getload", "floor", "coalesce", "loaders", "link")
 
 
 def log(msg):
@@ -88,6 +90,7 @@ class Sweep:
             "local": None,
             "runs": [],
             "getload": [],
+            "floor": [],
             "coalesce": [],
             "loaders": None,
             "link": [],
@@ -347,7 +350,8 @@ class Sweep:
                 row["profile"] = "profile-run-c%d.pprof" % c
             self.res["runs"].append(row)
 
-    def part_getload(self):
+    def default_gets(self):
+        """The default run's GET list, written by a run if none has been."""
         gets = getattr(self, "gets", None)
         if not gets or not os.path.exists(gets):
             self.gets = gets = self.o("gets-default.json")
@@ -365,6 +369,10 @@ class Sweep:
                 ],
                 os.devnull,
             )
+        return gets
+
+    def part_getload(self):
+        gets = self.default_gets()
         points = self.getload("default", gets, self.a.concurrency, "profile-getload.pprof")
         self.res["getload"] += points
         # The profile covers every point, and the warm-ups.
@@ -372,6 +380,35 @@ class Sweep:
             "profile": "profile-getload.pprof",
             "bytes_read": sum(p["bytes"] for p in points),
         }
+
+    def part_floor(self):
+        """The same GETs over plain TCP: getload --raw against getload
+        --serve-raw on the server's CPUs, without and with a low-water mark
+        on the reads: what the kernel alone costs the client per GB."""
+        gets = self.default_gets()
+        srv = subprocess.Popen(
+            [self.bins["getload"], "--serve-raw", "127.0.0.1:0"],
+            stdout=subprocess.PIPE,
+            preexec_fn=self.pin(self.a.server_cpus),
+        )
+        try:
+            addr = srv.stdout.readline().decode().split()[-1]
+            for lowat in (0, 256 << 10):
+                cmd = [self.bins["getload"], "--raw", addr, "--gets", gets, "--json", "--rcvlowat", str(lowat)]
+                cmd += ["--concurrency", ",".join(map(str, self.a.concurrency))]
+                if self.a.getload_time:
+                    cmd += ["--duration", "%gs" % self.a.getload_time]
+                res = json.loads(self.run(cmd, self.o("floor-rcvlowat%d.json" % lowat)))
+                for p in res["points"]:
+                    p["rcvlowat"], p["mean_get"] = lowat, res["mean_get_bytes"]
+                    log(
+                        "  raw TCP, %d in flight, SO_RCVLOWAT %d: %.3f GB/s, client %.2f cores (%.3f s/GB), %.0f B per read"
+                        % (p["concurrency"], lowat, p["gbps"], p["cores"], p["cpu_s_per_gb"], p["read_bytes_mean"])
+                    )
+                    self.res["floor"].append(p)
+        finally:
+            srv.terminate()
+            srv.wait()
 
     def part_coalesce(self):
         for gs in self.a.coalesce:

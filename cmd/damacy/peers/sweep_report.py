@@ -229,6 +229,29 @@ def markdown(res):
         )
     )
 
+    if res.get("floor"):
+        md.append(
+            "\n## The floor: the same GETs over plain TCP (getload --raw; no HTTP, the server on MinIO's CPUs)\n\n"
+        )
+        rows = [
+            [
+                _bytes(p["mean_get"]),
+                p["concurrency"],
+                p["rcvlowat"] and _ibytes(p["rcvlowat"]) or "-",
+                "%.2f" % p["gbps"],
+                "**%.2f** (%.3f)" % (p["cores"], p["cpu_s_per_gb"]),
+                _bytes(p["read_bytes_mean"]),
+                "%.1f / %.1f" % (p["p50_ms"], p["p99_ms"]),
+            ]
+            for p in res["floor"]
+        ]
+        md.append(
+            _table(
+                ["mean GET", "in flight", "SO_RCVLOWAT", "GB/s", "client cores (CPU s/GB)", "per read", "p50 / p99 ms"],
+                rows,
+            )
+        )
+
     md.append("\n## damacy bench over s3:// (measured batches)\n\n")
     lc = res.get("local")
     if lc:
@@ -385,6 +408,12 @@ def _targets(res):
             "the run's whole process, decoding included, %.2f\n"
             % (r["concurrency"], _f(rp and rp["cpu_s_per_gb"]), r["cpu_s_per_gb"])
         )
+    for p in res.get("floor", []):
+        if not p["rcvlowat"]:
+            out.append(
+                "- %d in flight: over plain TCP, no HTTP, the same bytes cost the client %.2f CPU s per GB\n"
+                % (p["concurrency"], p["cpu_s_per_gb"])
+            )
     for r in res.get("link", []):
         if r["rtt"] == "10ms":
             out.append(

@@ -53,6 +53,13 @@ Each point first issues 2 x CONCURRENCY GETs unmeasured, to open the
 connections. Results go to stdout, one line per point (--json: one
 document).
 
+With --raw ADDR the same GETs go over plain TCP to a raw server
+(getload --serve-raw ADDR), as 16-byte requests answered with the
+bytes alone: the kernel's cost of moving the bytes in those pieces at
+that concurrency, the floor under any HTTP client. --rcvlowat N sets
+SO_RCVLOWAT to min(N, the bytes still to come) before each read, so a
+reader wakes for N bytes rather than for each piece the server writes.
+
 Flags:
 `
 
@@ -87,6 +94,8 @@ type point struct {
 	P99MS       float64   `json:"p99_ms"`
 	MaxMS       float64   `json:"max_ms"`
 	Complete    bool      `json:"complete"` // the whole list was issued (not cut by --duration)
+	Reads       int64     `json:"reads"`    // reads of the connections that returned bytes
+	ReadBytes   float64   `json:"read_bytes_mean"`
 }
 
 // result is the --json document.
@@ -127,12 +136,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 0, "stop a point after this long (0: the whole list)")
 	asJSON := fs.Bool("json", false, "write the result as one JSON document")
 	profile := fs.String("cpuprofile", "", "write a CPU profile (pprof) of the measured GETs here")
+	raw := fs.String("raw", "", "issue the GETs over plain TCP to this raw server (host:port) instead of S3")
+	serve := fs.String("serve-raw", "", "serve raw GETs on this address (host:port; port 0 picks one), until interrupted")
+	writeSize := fs.Int("write-size", 0, "with --serve-raw: write each reply in pieces of this many bytes (0: one write)")
+	lowat := fs.Int("rcvlowat", 0, "with --raw: wake a read for this many bytes at least (SO_RCVLOWAT; 0: the kernel's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "getload: "+format+"\n", a...)
 		return code
+	}
+	if *writeSize < 0 || *lowat < 0 {
+		return fail(2, "--write-size and --rcvlowat: want 0 or more")
+	}
+	if *serve != "" {
+		if fs.NArg() != 0 {
+			fs.Usage()
+			return 2
+		}
+		ln, err := net.Listen("tcp", *serve)
+		if err != nil {
+			return fail(1, "%v", err)
+		}
+		fmt.Fprintf(stdout, "getload: serving raw GETs on %s\n", ln.Addr())
+		if err := serveRaw(ctx, ln, *writeSize); err != nil {
+			return fail(1, "%v", err)
+		}
+		return 0
 	}
 	if *gets == "" || fs.NArg() != 0 {
 		fs.Usage()
@@ -153,22 +184,38 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	if *bucket == "" {
-		*bucket = l.Bucket
-	}
-	if *bucket == "" {
-		return fail(2, "%s lists GETs of a %s:// dataset, not of a bucket: give --bucket", *gets, l.Scheme)
-	}
-	if *region == "" {
-		*region = "us-east-1"
-	}
-	c, host, err := newClient(*endpoint, *region, slices.Max(levels))
-	if err != nil {
-		return fail(1, "%v", err)
+	var (
+		counts readCount
+		f      fetcher
+		host   = *raw
+		client = fmt.Sprintf("raw TCP (SO_RCVLOWAT %d)", *lowat)
+	)
+	if *raw != "" {
+		rc := &rawClient{addr: *raw, lowat: *lowat, n: &counts}
+		defer rc.close()
+		f = func(ctx context.Context, w int, g [3]int64, buf []byte) error { return rc.get(ctx, w, g[1], buf) }
+	} else {
+		if *bucket == "" {
+			*bucket = l.Bucket
+		}
+		if *bucket == "" {
+			return fail(2, "%s lists GETs of a %s:// dataset, not of a bucket: give --bucket", *gets, l.Scheme)
+		}
+		if *region == "" {
+			*region = "us-east-1"
+		}
+		c, h, err := newClient(*endpoint, *region, slices.Max(levels), &counts)
+		if err != nil {
+			return fail(1, "%v", err)
+		}
+		f = func(ctx context.Context, _ int, g [3]int64, buf []byte) error {
+			return get(ctx, c, *bucket, l.Keys[g[0]], g[1], buf)
+		}
+		host, client = h, "minio-go v7.4.1 (Core.GetObject)"
 	}
 	res := result{
 		Gets: *gets, Dataset: l.Dataset, Endpoint: host, Bucket: *bucket, ListGETs: len(l.GETs), ListBytes: l.Bytes,
-		GapBytes: l.GapBytes, SpanBytes: l.SpanBytes, Client: "minio-go v7.4.1 (Core.GetObject)", DurationCap: duration.Seconds(),
+		GapBytes: l.GapBytes, SpanBytes: l.SpanBytes, Client: client, DurationCap: duration.Seconds(),
 	}
 	if len(l.GETs) > 0 {
 		res.MeanGET = l.Bytes / int64(len(l.GETs))
@@ -194,14 +241,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer stopProfile()
 	}
 	for _, n := range levels {
-		p, err := measure(ctx, c, *bucket, l, n, *duration)
+		p, err := measure(ctx, f, &counts, l, n, *duration)
 		if err != nil {
 			return fail(1, "%d in flight: %v", n, err)
 		}
 		res.Points = append(res.Points, p)
 		if !*asJSON {
-			fmt.Fprintf(stdout, "getload: %4d in flight: %8.3f GB/s, %8.0f GETs/s (%d GETs, %s, %.2f s%s), CPU %.1f s = %.2f cores = %.2f s per GB; GET p50 %.1f ms, p90 %.1f, p99 %.1f, max %.1f\n",
-				n, p.GBps, p.GETsPerS, p.GETs, formatBytes(p.Bytes), p.WallS, cut(p.Complete), p.CPUS, p.Cores, p.CPUSPerGB, p.P50MS, p.P90MS, p.P99MS, p.MaxMS)
+			fmt.Fprintf(stdout, "getload: %4d in flight: %8.3f GB/s, %8.0f GETs/s (%d GETs, %s, %.2f s%s), CPU %.1f s = %.2f cores = %.2f s per GB; GET p50 %.1f ms, p90 %.1f, p99 %.1f, max %.1f; %s per read\n",
+				n, p.GBps, p.GETsPerS, p.GETs, formatBytes(p.Bytes), p.WallS, cut(p.Complete), p.CPUS, p.Cores, p.CPUSPerGB, p.P50MS, p.P90MS, p.P99MS, p.MaxMS, formatBytes(int64(p.ReadBytes)))
 		}
 	}
 	if *asJSON {
@@ -245,7 +292,7 @@ func readList(file string) (*getList, error) {
 // newClient makes a minio-go client of endpoint (path-style, signed with
 // the environment's credentials) whose transport keeps conns idle
 // connections to it, as damacy's keeps one per request in flight.
-func newClient(endpoint, region string, conns int) (*minio.Core, string, error) {
+func newClient(endpoint, region string, conns int, rc *readCount) (*minio.Core, string, error) {
 	if endpoint == "" {
 		return nil, "", errors.New("no endpoint: give --endpoint or set DAMACY_S3_ENDPOINT")
 	}
@@ -262,7 +309,14 @@ func newClient(endpoint, region string, conns int) (*minio.Core, string, error) 
 	tr.MaxIdleConnsPerHost = conns
 	tr.DisableCompression = true
 	tr.ForceAttemptHTTP2 = false
-	tr.DialContext = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countedConn{Conn: c, n: rc}, nil
+	}
 	c, err := minio.NewCore(u.Host, &minio.Options{
 		Creds:        credentials.NewStaticV4(id, secret, os.Getenv("AWS_SESSION_TOKEN")),
 		Secure:       u.Scheme == "https",
@@ -278,14 +332,14 @@ func newClient(endpoint, region string, conns int) (*minio.Core, string, error) 
 
 // measure issues the list's GETs, n at a time, from its start until its
 // end or d (when positive), after 2n unmeasured ones.
-func measure(ctx context.Context, c *minio.Core, bucket string, l *getList, n int, d time.Duration) (point, error) {
+func measure(ctx context.Context, f fetcher, rc *readCount, l *getList, n int, d time.Duration) (point, error) {
 	warm := min(2*n, len(l.GETs))
-	if _, err := issue(ctx, c, bucket, l, l.GETs[len(l.GETs)-warm:], n, 0); err != nil {
+	if _, err := issue(ctx, f, l.GETs[len(l.GETs)-warm:], n, 0); err != nil {
 		return point{}, fmt.Errorf("warm-up: %w", err)
 	}
-	cpu0 := processCPU()
+	cpu0, reads0, bytes0 := processCPU(), rc.reads.Load(), rc.bytes.Load()
 	t0 := time.Now()
-	r, err := issue(ctx, c, bucket, l, l.GETs, n, d)
+	r, err := issue(ctx, f, l.GETs, n, d)
 	wall := time.Since(t0)
 	cpu := processCPU() - cpu0
 	if err != nil {
@@ -293,6 +347,9 @@ func measure(ctx context.Context, c *minio.Core, bucket string, l *getList, n in
 	}
 	p := point{Concurrency: n, Start: t0, GETs: int64(len(r.times)), Bytes: r.bytes, WallS: wall.Seconds(), CPUS: cpu.Seconds(), Complete: r.complete}
 	p.GBps = float64(p.Bytes) / p.WallS / 1e9
+	if p.Reads = rc.reads.Load() - reads0; p.Reads > 0 {
+		p.ReadBytes = float64(rc.bytes.Load()-bytes0) / float64(p.Reads)
+	}
 	p.GETsPerS = float64(p.GETs) / p.WallS
 	p.Cores = p.CPUS / p.WallS
 	if p.Bytes > 0 {
@@ -314,9 +371,12 @@ type issued struct {
 	complete bool
 }
 
+// fetcher reads GET g (key, offset, length) into buf, for worker w.
+type fetcher func(ctx context.Context, w int, g [3]int64, buf []byte) error
+
 // issue runs the GETs, n at a time (each worker takes the next one), until
 // they are done or d passed (when positive); the first error stops it.
-func issue(ctx context.Context, c *minio.Core, bucket string, l *getList, gets [][3]int64, n int, d time.Duration) (issued, error) {
+func issue(ctx context.Context, f fetcher, gets [][3]int64, n int, d time.Duration) (issued, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var deadline time.Time
@@ -339,7 +399,7 @@ func issue(ctx context.Context, c *minio.Core, bucket string, l *getList, gets [
 					buf = make([]byte, g[2])
 				}
 				t := time.Now()
-				if err := get(ctx, c, bucket, l.Keys[g[0]], g[1], buf[:g[2]]); err != nil {
+				if err := f(ctx, w, g, buf[:g[2]]); err != nil {
 					cancel(err)
 					return
 				}
@@ -374,6 +434,25 @@ func get(ctx context.Context, c *minio.Core, bucket, key string, off int64, buf 
 		return fmt.Errorf("GET %s/%s bytes %d-%d: %w", bucket, key, off, off+int64(len(buf))-1, err)
 	}
 	return nil
+}
+
+// readCount counts the reads of connections that returned bytes, and
+// the bytes: how finely the replies arrive.
+type readCount struct{ reads, bytes atomic.Int64 }
+
+// countedConn counts its reads into n.
+type countedConn struct {
+	net.Conn
+	n *readCount
+}
+
+func (c *countedConn) Read(p []byte) (int, error) {
+	k, err := c.Conn.Read(p)
+	if k > 0 {
+		c.n.reads.Add(1)
+		c.n.bytes.Add(int64(k))
+	}
+	return k, err
 }
 
 // processCPU is this process's CPU time, user and system.
