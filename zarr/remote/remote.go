@@ -222,8 +222,9 @@ func NewOpener(opts Options) (*Opener, error) {
 
 // newHTTPClient returns a client for concurrency requests in flight: that
 // many idle connections kept per host (Go's default is 2, which would open
-// a new TCP and TLS connection for most requests), HTTP/1.1, and no
-// transparent decompression.
+// a new TCP and TLS connection for most requests), HTTP/1.1, no
+// transparent decompression, and plain-HTTP body reads that wake for their
+// bytes (lowWater).
 func newHTTPClient(concurrency int) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tuneTransport(tr, concurrency)
@@ -237,7 +238,14 @@ func tuneTransport(tr *http.Transport, concurrency int) {
 	tr.ForceAttemptHTTP2 = false
 	// Options.ConnectTimeout is the one limit on connecting, so that a
 	// message can name it.
-	tr.DialContext = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return lowWater(c), nil
+	}
 	tr.TLSHandshakeTimeout = 0
 }
 
