@@ -57,8 +57,10 @@ With --raw ADDR the same GETs go over plain TCP to a raw server
 (getload --serve-raw ADDR), as 16-byte requests answered with the
 bytes alone: the kernel's cost of moving the bytes in those pieces at
 that concurrency, the floor under any HTTP client. --rcvlowat N sets
-SO_RCVLOWAT to min(N, the bytes still to come) before each read, so a
-reader wakes for N bytes rather than for each piece the server writes.
+SO_RCVLOWAT to min(N, the read's size) before each read of 64 KiB or
+more (a response body's or a raw reply's), so a reader wakes for N bytes
+rather than for each piece the server writes (plain http:// or --raw
+only: TLS reads ask for more than a record holds).
 
 Flags:
 `
@@ -139,7 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	raw := fs.String("raw", "", "issue the GETs over plain TCP to this raw server (host:port) instead of S3")
 	serve := fs.String("serve-raw", "", "serve raw GETs on this address (host:port; port 0 picks one), until interrupted")
 	writeSize := fs.Int("write-size", 0, "with --serve-raw: write each reply in pieces of this many bytes (0: one write)")
-	lowat := fs.Int("rcvlowat", 0, "with --raw: wake a read for this many bytes at least (SO_RCVLOWAT; 0: the kernel's default)")
+	lowat := fs.Int("rcvlowat", 0, "wake a large read for this many bytes (SO_RCVLOWAT; 0: the kernel's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -204,14 +206,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if *region == "" {
 			*region = "us-east-1"
 		}
-		c, h, err := newClient(*endpoint, *region, slices.Max(levels), &counts)
+		c, h, err := newClient(*endpoint, *region, slices.Max(levels), &counts, *lowat)
 		if err != nil {
 			return fail(1, "%v", err)
 		}
 		f = func(ctx context.Context, _ int, g [3]int64, buf []byte) error {
 			return get(ctx, c, *bucket, l.Keys[g[0]], g[1], buf)
 		}
-		host, client = h, "minio-go v7.4.1 (Core.GetObject)"
+		host, client = h, fmt.Sprintf("minio-go v7.4.1 (Core.GetObject, SO_RCVLOWAT %d)", *lowat)
 	}
 	res := result{
 		Gets: *gets, Dataset: l.Dataset, Endpoint: host, Bucket: *bucket, ListGETs: len(l.GETs), ListBytes: l.Bytes,
@@ -292,13 +294,16 @@ func readList(file string) (*getList, error) {
 // newClient makes a minio-go client of endpoint (path-style, signed with
 // the environment's credentials) whose transport keeps conns idle
 // connections to it, as damacy's keeps one per request in flight.
-func newClient(endpoint, region string, conns int, rc *readCount) (*minio.Core, string, error) {
+func newClient(endpoint, region string, conns int, rc *readCount, lowat int) (*minio.Core, string, error) {
 	if endpoint == "" {
 		return nil, "", errors.New("no endpoint: give --endpoint or set DAMACY_S3_ENDPOINT")
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, "", fmt.Errorf("endpoint %q: want http://host:port or https://host:port", endpoint)
+	}
+	if lowat > 0 && u.Scheme == "https" {
+		return nil, "", fmt.Errorf("--rcvlowat: for http:// endpoints only (TLS reads ask for more than a record holds)")
 	}
 	id, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
 	if id == "" || secret == "" {
@@ -315,7 +320,12 @@ func newClient(endpoint, region string, conns int, rc *readCount) (*minio.Core, 
 		if err != nil {
 			return nil, err
 		}
-		return &countedConn{Conn: c, n: rc}, nil
+		pc, err := probe(c, rc, lowat)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return pc, nil
 	}
 	c, err := minio.NewCore(u.Host, &minio.Options{
 		Creds:        credentials.NewStaticV4(id, secret, os.Getenv("AWS_SESSION_TOKEN")),
@@ -434,25 +444,6 @@ func get(ctx context.Context, c *minio.Core, bucket, key string, off int64, buf 
 		return fmt.Errorf("GET %s/%s bytes %d-%d: %w", bucket, key, off, off+int64(len(buf))-1, err)
 	}
 	return nil
-}
-
-// readCount counts the reads of connections that returned bytes, and
-// the bytes: how finely the replies arrive.
-type readCount struct{ reads, bytes atomic.Int64 }
-
-// countedConn counts its reads into n.
-type countedConn struct {
-	net.Conn
-	n *readCount
-}
-
-func (c *countedConn) Read(p []byte) (int, error) {
-	k, err := c.Conn.Read(p)
-	if k > 0 {
-		c.n.reads.Add(1)
-		c.n.bytes.Add(int64(k))
-	}
-	return k, err
 }
 
 // processCPU is this process's CPU time, user and system.

@@ -41,6 +41,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"--gets", write("http.json", `{"scheme": "http", "keys": ["k"], "gets": [[0, 0, 10]]}`)}, 2, "give --bucket"},
 		{[]string{"--gets", good}, 1, "no endpoint"},
 		{[]string{"--gets", good, "--rcvlowat", "-1"}, 2, "want 0 or more"},
+		{[]string{"--gets", good, "--endpoint", "https://h:9000", "--rcvlowat", "1000"}, 1, "for http:// endpoints only"},
 		{[]string{"--serve-raw", "127.0.0.1:0", "--write-size", "-5"}, 2, "want 0 or more"},
 		{[]string{"--gets", good, "--endpoint", "ftp://h"}, 1, "want http://host:port"},
 	} {

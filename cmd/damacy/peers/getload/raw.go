@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -83,19 +83,13 @@ func rawPattern() []byte {
 // rawClient issues raw requests, one connection per worker.
 type rawClient struct {
 	addr  string
-	lowat int // SO_RCVLOWAT of each read, at most: 0 leaves it alone
+	lowat int // SO_RCVLOWAT of each large read, at most (see probeConn)
 	n     *readCount
 	mu    sync.Mutex
-	conns map[int]*rawConn
+	conns map[int]net.Conn
 }
 
-type rawConn struct {
-	c     *net.TCPConn
-	raw   syscall.RawConn
-	lowat int // the value set, 0 for the kernel's default (1)
-}
-
-func (r *rawClient) conn(ctx context.Context, w int) (*rawConn, error) {
+func (r *rawClient) conn(ctx context.Context, w int) (net.Conn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c := r.conns[w]; c != nil {
@@ -106,18 +100,16 @@ func (r *rawClient) conn(ctx context.Context, w int) (*rawConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc := c.(*net.TCPConn)
-	raw, err := tc.SyscallConn()
+	pc, err := probe(c, r.n, r.lowat)
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
 	if r.conns == nil {
-		r.conns = map[int]*rawConn{}
+		r.conns = map[int]net.Conn{}
 	}
-	rc := &rawConn{c: tc, raw: raw}
-	r.conns[w] = rc
-	return rc, nil
+	r.conns[w] = pc
+	return pc, nil
 }
 
 // get reads len(buf) bytes at off over worker w's connection.
@@ -129,34 +121,74 @@ func (r *rawClient) get(ctx context.Context, w int, off int64, buf []byte) error
 	var h [rawHeader]byte
 	binary.BigEndian.PutUint64(h[:8], uint64(off))
 	binary.BigEndian.PutUint64(h[8:], uint64(len(buf)))
-	if _, err := c.c.Write(h[:]); err != nil {
+	if _, err := c.Write(h[:]); err != nil {
 		return err
 	}
-	for len(buf) > 0 {
-		if r.lowat > 0 {
-			if err := c.setLowat(min(r.lowat, len(buf))); err != nil {
-				return err
-			}
-		}
-		n, err := c.c.Read(buf)
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return err
-		}
-		if n > 0 {
-			r.n.reads.Add(1)
-			r.n.bytes.Add(int64(n))
-		}
-		buf = buf[n:]
+	_, err = io.ReadFull(c, buf)
+	return err
+}
+
+func (r *rawClient) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.conns {
+		c.Close()
 	}
-	return nil
+	r.conns = nil
+}
+
+// readCount counts the reads of connections that returned bytes, and
+// the bytes: how finely the replies arrive.
+type readCount struct{ reads, bytes atomic.Int64 }
+
+// probeConn is a TCP connection that counts its reads into n and, with a
+// low-water mark, sets SO_RCVLOWAT before each read of 64 KiB or more to
+// min(the read's size, lowat), so that the reader wakes for that many
+// bytes rather than for each piece the server writes (smaller reads, as
+// of HTTP headers, wake for any byte). A read's size never exceeds the
+// bytes still to come of a raw reply or of an HTTP body with a length.
+type probeConn struct {
+	*net.TCPConn
+	n     *readCount
+	raw   syscall.RawConn
+	lowat int
+	set   int // the mark set: 1, the kernel's default
+}
+
+// probe wraps c, a TCP connection.
+func probe(c net.Conn, n *readCount, lowat int) (*probeConn, error) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a TCP connection", c)
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &probeConn{TCPConn: tc, n: n, raw: raw, lowat: lowat, set: 1}, nil
+}
+
+func (c *probeConn) Read(p []byte) (int, error) {
+	if c.lowat > 0 {
+		mark := 1
+		if len(p) >= 64<<10 {
+			mark = min(len(p), c.lowat)
+		}
+		if err := c.setLowat(mark); err != nil {
+			return 0, err
+		}
+	}
+	k, err := c.TCPConn.Read(p)
+	if k > 0 {
+		c.n.reads.Add(1)
+		c.n.bytes.Add(int64(k))
+	}
+	return k, err
 }
 
 // setLowat sets SO_RCVLOWAT to n where it is not n already.
-func (c *rawConn) setLowat(n int) error {
-	if c.lowat == n {
+func (c *probeConn) setLowat(n int) error {
+	if c.set == n {
 		return nil
 	}
 	var serr error
@@ -168,15 +200,6 @@ func (c *rawConn) setLowat(n int) error {
 	if serr != nil {
 		return fmt.Errorf("SO_RCVLOWAT %d: %w", n, serr)
 	}
-	c.lowat = n
+	c.set = n
 	return nil
-}
-
-func (r *rawClient) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.conns {
-		c.c.Close()
-	}
-	r.conns = nil
 }
