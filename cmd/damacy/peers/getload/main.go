@@ -223,8 +223,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		res.MeanGET = l.Bytes / int64(len(l.GETs))
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "getload: %d GETs of %s on average (%s in all) from %s, bucket %s\n",
-			len(l.GETs), formatBytes(res.MeanGET), formatBytes(l.Bytes), host, *bucket)
+		fmt.Fprintf(stdout, "getload: %d GETs of %s on average (%s in all) from %s through %s\n",
+			len(l.GETs), formatBytes(res.MeanGET), formatBytes(l.Bytes), host, client)
 	}
 	var stopProfile func()
 	if *profile != "" {
@@ -303,7 +303,7 @@ func newClient(endpoint, region string, conns int, rc *readCount, lowat int) (*m
 		return nil, "", fmt.Errorf("endpoint %q: want http://host:port or https://host:port", endpoint)
 	}
 	if lowat > 0 && u.Scheme == "https" {
-		return nil, "", fmt.Errorf("--rcvlowat: for http:// endpoints only (TLS reads ask for more than a record holds)")
+		return nil, "", errors.New("--rcvlowat: for http:// endpoints only (TLS reads ask for more than a record holds)")
 	}
 	id, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
 	if id == "" || secret == "" {
