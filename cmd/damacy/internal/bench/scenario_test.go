@@ -97,7 +97,7 @@ func TestScenarioNotFound(t *testing.T) {
 }
 
 func TestBuiltinScenarios(t *testing.T) {
-	want := []string{"bf16", "blosc-lz4", "blosc-zstd", "default", "epochs", "mixed-dtype", "segmentation", "smoke", "throughput"}
+	want := []string{"bf16", "blosc-lz4", "blosc-zstd", "default", "epochs", "mixed-dtype", "segmentation", "smoke", "throughput", "training"}
 	if got := BuiltinNames(); !cmp.Equal(got, want) {
 		t.Errorf("built-in scenarios = %v; want %v", got, want)
 	}
