@@ -26,7 +26,9 @@ Modes (each in a process of its own, one after the other, same host):
   picked as ``RandCropByPosNegLabeld`` picks one (pos 2 : neg 1, from the
   label's foreground indices, computed once), ``RandFlipd`` x3,
   ``RandRotate90d``, ``NormalizeIntensityd``; copied with non_blocking and
-  cast to bf16 on the GPU.
+  cast to bf16 on the GPU, MetaTensors on (as MONAI's tutorials write it).
+- ``monai-fast``: the same with ``monai.data.set_track_meta(False)``, as
+  MONAI's performance guide advises.
 - ``torchio``: not run (``torchio.Queue`` needs its own image readers; not
   practical over zarr without writing a reader, which would measure that
   reader rather than TorchIO).
@@ -69,7 +71,7 @@ MODELS = {
     "unet": dict(channels=(16, 32, 64, 128, 256), strides=(2, 2, 2, 2), num_res_units=2),
     "small": dict(channels=(8, 16, 32, 64), strides=(2, 2, 2), num_res_units=1),
 }
-MODES = ("ceiling", "damacy", "monai")
+MODES = ("ceiling", "damacy", "monai", "monai-fast")
 
 
 # -- the data ------------------------------------------------------------------
@@ -221,13 +223,15 @@ def crop_transform(box: int, fgs: List[np.ndarray]) -> Any:
     return ZarrCropd()
 
 
-def monai_feed(images: List[str], args: argparse.Namespace, dev: Any, dtype: Any, info: Dict[str, Any]):
+def monai_feed(images: List[str], args: argparse.Namespace, dev: Any, dtype: Any, info: Dict[str, Any], fast: bool):
     """MONAI's Dataset + DataLoader with its transforms, zarr-python reads."""
     import monai
     import torch
     from monai.transforms import Compose, NormalizeIntensityd, RandFlipd, RandRotate90d
 
-    monai.data.set_track_meta(False)  # MONAI's performance guide: plain tensors through the transforms
+    # "monai" keeps MetaTensors on, as MONAI's tutorials write a pipeline;
+    # "monai-fast" turns them off, as its performance guide advises.
+    monai.data.set_track_meta(not fast)
     fgs = foreground(images)
     keys = ["image", "label"]
     transform = Compose(
@@ -255,9 +259,10 @@ def monai_feed(images: List[str], args: argparse.Namespace, dev: Any, dtype: Any
     )
     it = iter(dl)
     info["loader_pids"] = [w.pid for w in getattr(it, "_workers", [])]
+    plain = lambda t: t.as_tensor() if hasattr(t, "as_tensor") else torch.as_tensor(t)  # noqa: E731  (a MetaTensor's data)
     for b in it:
-        x = torch.as_tensor(b["image"]).to(dev, non_blocking=True).to(dtype)
-        y = torch.as_tensor(b["label"]).to(dev, non_blocking=True).long()
+        x = plain(b["image"]).to(dev, non_blocking=True).to(dtype)
+        y = plain(b["label"]).to(dev, non_blocking=True).long()
         yield x, y
 
 
@@ -302,7 +307,7 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> Dict[str, A
         torch.zeros(1, device=dev)  # the trainer's context first
         info["gpu"] = torch.cuda.get_device_name(dev)
     used0 = device_used(torch, dev)
-    feeds = {"ceiling": lambda: ceiling_feed(images, args, dev, dtype), "damacy": lambda: damacy_feed(images, args, dev, dtype, info), "monai": lambda: monai_feed(images, args, dev, dtype, info)}
+    feeds = {"ceiling": lambda: ceiling_feed(images, args, dev, dtype), "damacy": lambda: damacy_feed(images, args, dev, dtype, info), "monai": lambda: monai_feed(images, args, dev, dtype, info, False), "monai-fast": lambda: monai_feed(images, args, dev, dtype, info, True)}
     feed = feeds[mode]()
     first = next(feed)  # the loader started and one batch out
     if cuda:

@@ -1,6 +1,6 @@
 """The training-step benchmark (cmd/damacy/peers/train_step.py) on the CPU:
 every mode (the ceiling, damacy's Loader on the host engine, MONAI's
-Dataset + DataLoader with a worker) trains MONAI's UNet on a tiny dataset of
+Dataset + DataLoader with a worker, with and without MetaTensors) trains MONAI's UNet on a tiny dataset of
 the training scenario's kind, its loss finite and falling. No timing is
 asserted here: the figures come from the GPU host (cmd/damacy/BENCH.md).
 
@@ -60,11 +60,11 @@ def test_every_mode_trains(serve_binary, torch_monai_zarr, tmp_path):
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr[-6000:]}"
     rows = json.loads(out.read_text())
-    assert [row["mode"] for row in rows] == ["ceiling", "damacy", "monai"], rows
+    assert [row["mode"] for row in rows] == ["ceiling", "damacy", "monai", "monai-fast"], rows
     for row in rows:
         assert row["finite"], row
         assert math.isfinite(row["steps_per_s"]) and row["steps_per_s"] > 0, row
         assert row["loss_last"] < row["loss_first"], f"{row['mode']}: the loss did not fall: {row}"
     # The table a reader gets names every mode.
-    for mode in ("ceiling", "damacy", "monai"):
+    for mode in ("ceiling", "damacy", "monai", "monai-fast"):
         assert f"| small | {mode} |" in r.stdout, r.stdout
