@@ -240,8 +240,11 @@ func (e *cudaEngine) setup(withNVCOMP bool, ph *phases) error {
 			if b.sumHost, err = cuda.HostAlloc(waveStatusBytes, 0); err != nil {
 				return err
 			}
+			// Blocking sync: the retire thread sleeps in its waits on h2d,
+			// done and late instead of spinning a core each (two cores
+			// for an image and its label, at any pace).
 			for _, ev := range []*cuda.Event{&b.start, &b.h2d, &b.decStart, &b.dec, &b.asmStart, &b.done, &b.late} {
-				if *ev, err = cuda.NewEvent(cuda.EventDefault); err != nil {
+				if *ev, err = cuda.NewEvent(cuda.EventBlockingSync); err != nil {
 					return err
 				}
 			}
