@@ -26,6 +26,9 @@ from collections import defaultdict
 from typing import Any, Dict, List, Tuple
 
 
+POP_ROW = 2  # the bench trace's row of each Pop
+
+
 def union(spans: List[Tuple[float, float]], merge_us: float) -> List[Tuple[float, float]]:
     out: List[Tuple[float, float]] = []
     for s, e in sorted(spans):
@@ -51,9 +54,12 @@ def main() -> None:
     streams = {tid for tid, name in lanes.items() if name.endswith(" stream")}  # the CUDA engine's streams
     gpu = [e for e in events if e.get("cat") in ("h2d", "decode", "assemble") and e.get("tid") in streams and lo <= e["ts"] <= hi]
     waits = [e for e in events if e.get("cat") == "wait" and lo <= e["ts"] <= hi]
-    batches = sorted({e["args"]["batch"] for e in gpu if "args" in e})
-    if not batches:
+    if not gpu:
         sys.exit("no GPU spans in the measured part of the trace (a CUDA engine run with --trace?)")
+    # The batches the run popped in the window (a wave's spans name only
+    # its first batch, so the spans' batch IDs undercount them).
+    pops = [e for e in events if e.get("tid") == POP_ROW and e.get("ph") == "X" and lo <= e["ts"] <= hi]
+    batches = pops or sorted({e["args"]["batch"] for e in gpu if "args" in e})
     per: Dict[str, List[float]] = defaultdict(list)
     compute = [(e["ts"], e["ts"] + e["dur"]) for e in gpu if e["cat"] in ("decode", "assemble")]
     bursts = union(compute, args.merge_us)
