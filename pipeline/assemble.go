@@ -56,8 +56,7 @@ func misfitError(req *batchReq, ms ptx.MisfitStatus, l ptx.Layout) error {
 	}
 	var me *ptx.MisfitError
 	if errors.As(err, &me) && me.Sample >= 0 && me.Sample < len(req.samples) {
-		s := req.samples[me.Sample]
-		return newError("assemble", ErrDtype, s.URI, fmt.Errorf("sample %s: %w", s, err))
+		return sampleError(req, me.Sample, newError("assemble", ErrDtype, req.samples[me.Sample].URI, err))
 	}
 	return newError("assemble", ErrDtype, "", err)
 }

@@ -50,7 +50,7 @@ type item struct {
 	s     Sample
 	flush bool
 	at    time.Time // when the flush was asked for
-	err   error
+	err   *Error
 }
 
 // batchReq is one batch to produce: its samples in push order (for a
@@ -58,9 +58,26 @@ type item struct {
 type batchReq struct {
 	id      int64
 	samples []Sample
+	pos     []int64     // each sample's position in the intake (Error.Position)
 	flushAt time.Time   // non-zero for a batch that Flush cut short
 	err     error       // a sample was rejected: the batch fails with this
 	xf      []Transform // with Config.Augment: each sample's transform, as this source sees it
+	// skipped are the samples OnErrorSkip left out as the batch was cut
+	// (the primary source's request only); each took its place in the
+	// batch's count.
+	skipped []*Error
+}
+
+// taken is how many samples of the intake the batch took: those it holds
+// and those left out.
+func (r *batchReq) taken() int { return len(r.samples) + len(r.skipped) }
+
+// position returns sample n's position in the intake (0 when unknown).
+func (r *batchReq) position(n int) int64 {
+	if n < len(r.pos) {
+		return r.pos[n]
+	}
+	return 0
 }
 
 // result is what an engine hands back for a batchReq, in order.
@@ -91,6 +108,9 @@ type Pipeline struct {
 	lookahead chan item  // admitted samples
 	popMu     sync.Mutex // one Pop at a time, so batches leave in order
 	popped1   []*result  // under popMu: results of the next batch taken from the first lanes by a Pop that was interrupted
+	// skipCauses (under popMu) are the causes of skipped samples logged
+	// so far (logSkipped).
+	skipCauses map[string]struct{}
 	axes      *metaCache // opens arrays for matching the sources' axes (batch goroutine)
 	intensity []bool     // per source: Config.Augment's intensity transform applies
 	wg        sync.WaitGroup
@@ -142,8 +162,9 @@ func startLanes(cfg Config, lanes []*lane) (*Pipeline, error) {
 		eng:       lanes[0].eng,
 		lanes:     lanes,
 		stats:     lanes[0].stats,
-		wake:      make(chan struct{}, 1),
-		popped:    make(chan struct{}, 1),
+		wake:       make(chan struct{}, 1),
+		popped:     make(chan struct{}, 1),
+		skipCauses: map[string]struct{}{},
 		lookahead: make(chan item, (cfg.LookaheadBatches+cfg.BatchSlots-1)*cfg.BatchSize),
 	}
 	if len(lanes) > 1 {
@@ -209,8 +230,10 @@ func (p *Pipeline) Push(samples ...Sample) error {
 // lookahead frees space, after everything pushed before it, on a goroutine
 // of the pipeline (the sequence may block; it must not call the pipeline).
 // A sample the sequence yields that fails the checks of Push ends the
-// sequence; its error is returned by the Pop of the batch it would have
-// joined. Close stops the sequence once its code returns.
+// sequence, and its error is returned by the Pop of the batch it would
+// have joined (under OnErrorSkip the sample is left out of that batch
+// instead, and the sequence goes on). Close stops the sequence once its
+// code returns.
 func (p *Pipeline) PushSeq(seq iter.Seq[Sample]) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -275,13 +298,19 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	}
 	rs := p.popped1
 	p.popped1 = nil
-	r := rs[0]
-	for i, ri := range rs[1:] {
-		if ri.err != nil && r.err == nil {
-			r = &result{req: r.req, err: sourceError(p.lanes[i+1].src.Name, ri.err)}
+	req := rs[0].req
+	taken := int64(req.taken())
+	skipped := slices.Clone(req.skipped)
+	err := p.batchError(rs)
+	if err != nil && p.salvageable(rs, err) {
+		var more []*Error
+		if more, err = p.salvage(rs); err == nil {
+			skipped = append(skipped, more...)
+			sortSkipped(skipped)
+			req = rs[0].req
 		}
 	}
-	if r.err != nil {
+	if err != nil {
 		for _, ri := range rs {
 			if ri.slot != nil {
 				ri.slot.unref()
@@ -290,7 +319,7 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	}
 	wait := time.Since(start)
 	if p.cfg.Trace != nil {
-		p.cfg.Trace(Span{Stage: "pop", Lane: "consumer", Batch: r.req.id, Wave: -1, Start: start, End: start.Add(wait)})
+		p.cfg.Trace(Span{Stage: "pop", Lane: "consumer", Batch: req.id, Wave: -1, Start: start, End: start.Add(wait)})
 	}
 	p.stats.mu.Lock()
 	if stage == stageIO {
@@ -298,30 +327,33 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	} else {
 		p.stats.PopWaitCompute.add(wait, 0, 0)
 	}
-	if !r.req.flushAt.IsZero() {
-		p.stats.FlushWait.add(time.Since(r.req.flushAt), 0, 0)
+	if !req.flushAt.IsZero() {
+		p.stats.FlushWait.add(time.Since(req.flushAt), 0, 0)
 	}
-	n := int64(len(r.req.samples))
-	if r.err == nil {
+	if err == nil {
 		p.stats.BatchesEmitted++
-		p.stats.SamplesEmitted += n
+		p.stats.SamplesEmitted += int64(len(req.samples))
+		p.stats.SamplesSkipped += int64(len(skipped))
 		for _, ri := range rs {
-			p.stats.OutputBytes += ri.slot.bytes(len(r.req.samples))
+			p.stats.OutputBytes += ri.slot.bytes(len(req.samples))
 		}
-		if len(r.req.samples) < p.cfg.BatchSize {
+		if len(req.samples) < p.cfg.BatchSize {
 			p.stats.BatchesTruncated++
 		}
 	}
 	p.stats.mu.Unlock()
-	p.inFlight.Add(-n)
+	p.inFlight.Add(-taken)
 	select {
 	case p.popped <- struct{}{}:
 	default:
 	}
-	if r.err != nil {
-		return nil, r.err
+	if err != nil {
+		return nil, err
 	}
-	return newBatch(p, rs), nil
+	p.logSkipped(skipped)
+	b := newBatch(p, rs)
+	b.skipped = skipped
+	return b, nil
 }
 
 // Batches pops n batches (n < 0: until ctx is done or the pipeline closes),
@@ -471,6 +503,11 @@ func (p *Pipeline) nextItem() (item, bool) {
 		if ok {
 			if err := p.checkLocked(s); err != nil {
 				err.Op = "push (sequence)"
+				if p.cfg.OnError == OnErrorSkip { // left out of its batch; the sequence goes on
+					p.inFlight.Add(1)
+					p.mu.Unlock()
+					return item{err: err}, true
+				}
 				p.dropSeqLocked()
 				p.inFlight.Add(1)
 				p.mu.Unlock()
@@ -546,17 +583,25 @@ func (p *Pipeline) batch() {
 			continue
 		}
 		if cur == nil {
-			cur = &batchReq{id: id, samples: make([]Sample, 0, p.cfg.BatchSize)}
-		}
-		if it.err != nil && cur.err == nil {
-			cur.err = it.err
+			cur = &batchReq{id: id, samples: make([]Sample, 0, p.cfg.BatchSize), pos: make([]int64, 0, p.cfg.BatchSize)}
 		}
 		seq++
-		if it.s.Seed == 0 {
-			it.s.Seed = seq
+		switch {
+		case it.err != nil && p.cfg.OnError == OnErrorSkip:
+			e := *it.err
+			e.Position = int64(seq)
+			cur.skipped = append(cur.skipped, &e)
+		default:
+			if it.err != nil && cur.err == nil {
+				cur.err = it.err
+			}
+			if it.s.Seed == 0 {
+				it.s.Seed = seq
+			}
+			cur.samples = append(cur.samples, it.s)
+			cur.pos = append(cur.pos, int64(seq))
 		}
-		cur.samples = append(cur.samples, it.s)
-		if len(cur.samples) == p.cfg.BatchSize && !emit() {
+		if cur.taken() == p.cfg.BatchSize && !emit() {
 			return
 		}
 	}

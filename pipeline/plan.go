@@ -95,6 +95,7 @@ type batchState struct {
 	plan *batchPlan
 	slot *slot
 	t0   time.Time
+	skip bool // Config.OnError is OnErrorSkip: a sample's error keeps the slot (keepsSlot)
 
 	mu  sync.Mutex
 	err error
@@ -110,15 +111,17 @@ func (bs *batchState) fail(err error) {
 }
 
 // emit hands the finished batch to Pop: its slot, or its error (the slot
-// going back). It reports false when ctx ended first. It is the engines'
-// one exit for results: an error that is not an *Error can only be the
-// engine's context ending a stage (Close), and leaves as ErrShutdown.
+// going back, unless keepsSlot: then both). It reports false when ctx
+// ended first. It is the engines' one exit for results: an error that is
+// not an *Error can only be the engine's context ending a stage (Close),
+// and leaves as ErrShutdown; an error about a chunk names the first
+// sample that reads it.
 func (bs *batchState) emit(ctx context.Context, out chan<- *result) bool {
-	r := &result{req: bs.req, slot: bs.slot, err: bs.failed()}
+	r := &result{req: bs.req, slot: bs.slot, err: bs.attribute(bs.failed())}
 	if _, ok := r.err.(*Error); r.err != nil && !ok {
 		r.err = newError("pop", ErrShutdown, "", r.err)
 	}
-	if r.err != nil && r.slot != nil {
+	if r.err != nil && r.slot != nil && !bs.keepsSlot(r.err) {
 		r.slot.unref()
 		r.slot = nil
 	}
@@ -167,10 +170,10 @@ func planBatch(m *metaCache, req *batchReq, maxChunk int64, loc func(*source) za
 	for n, s := range req.samples {
 		src, err := m.open(s.URI, s.Level)
 		if err != nil {
-			return nil, sampleError(n, s, err)
+			return nil, sampleError(req, n, err)
 		}
 		if src.arr.Rank() != len(s.Box) {
-			return nil, sampleError(n, s, errorf("plan", ErrRank, s.URI, "box rank %d, array rank %d", len(s.Box), src.arr.Rank()))
+			return nil, sampleError(req, n, errorf("plan", ErrRank, s.URI, "box rank %d, array rank %d", len(s.Box), src.arr.Rank()))
 		}
 		box := make([]zarr.Range, len(s.Box))
 		for i, r := range s.Box {
@@ -178,14 +181,14 @@ func planBatch(m *metaCache, req *batchReq, maxChunk int64, loc func(*source) za
 		}
 		zp, err := src.arr.Plan(box, loc(src))
 		if err != nil {
-			return nil, sampleError(n, s, planError(s.URI, err))
+			return nil, sampleError(req, n, planError(s.URI, err))
 		}
 		bp.fills[n] = src.fill
 		for _, zj := range zb.Jobs[zb.Add(n, src, zp):] {
 			c := zj.Chunk
 			l := c.Codec.Layout()
 			if int64(l.Bytes()) > maxChunk {
-				return nil, sampleError(n, s, errorf("plan", ErrBudget, s.URI,
+				return nil, sampleError(req, n, errorf("plan", ErrBudget, s.URI,
 					"chunk %s@%d decodes to %d bytes, above Config.MaxChunkBytes = %d", c.Key, c.Offset, l.Bytes(), maxChunk))
 			}
 			j := &job{src: src, chunk: c, layout: l, psrc: plan.Source(src.dtype, l)}
@@ -197,13 +200,20 @@ func planBatch(m *metaCache, req *batchReq, maxChunk int64, loc func(*source) za
 	return bp, nil
 }
 
-func sampleError(n int, s Sample, err error) error {
+// sampleError is err about sample n of req: a copy of its *Error (or an
+// ErrInvalid one) with the sample's position, named in Op too.
+func sampleError(req *batchReq, n int, err error) *Error {
+	s, pos := req.samples[n], req.position(n)
 	var e *Error
 	if errors.As(err, &e) {
-		e.Op = fmt.Sprintf("%s (sample %d: %s)", e.Op, n, s)
-		return e
+		c := *e
+		e = &c
+	} else {
+		e = newError("plan", ErrInvalid, s.URI, err)
 	}
-	return newError(fmt.Sprintf("plan (sample %d: %s)", n, s), ErrInvalid, s.URI, err)
+	e.Op = fmt.Sprintf("%s (sample %d: %s)", e.Op, pos, s)
+	e.Position = pos
+	return e
 }
 
 // planError maps a planning failure (reading a shard index or an object
