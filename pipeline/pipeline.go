@@ -111,9 +111,9 @@ type Pipeline struct {
 	// skipCauses (under popMu) are the causes of skipped samples logged
 	// so far (logSkipped).
 	skipCauses map[string]struct{}
-	axes      *metaCache // opens arrays for matching the sources' axes (batch goroutine)
-	intensity []bool     // per source: Config.Augment's intensity transform applies
-	wg        sync.WaitGroup
+	axes       *metaCache // opens arrays for matching the sources' axes (batch goroutine)
+	intensity  []bool     // per source: Config.Augment's intensity transform applies
+	wg         sync.WaitGroup
 
 	stats *statsSink
 }
@@ -156,16 +156,16 @@ func start(cfg Config, eng engine, stats *statsSink) (*Pipeline, error) {
 func startLanes(cfg Config, lanes []*lane) (*Pipeline, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pipeline{
-		cfg:       cfg,
-		ctx:       ctx,
-		cancel:    cancel,
-		eng:       lanes[0].eng,
-		lanes:     lanes,
-		stats:     lanes[0].stats,
+		cfg:        cfg,
+		ctx:        ctx,
+		cancel:     cancel,
+		eng:        lanes[0].eng,
+		lanes:      lanes,
+		stats:      lanes[0].stats,
 		wake:       make(chan struct{}, 1),
 		popped:     make(chan struct{}, 1),
 		skipCauses: map[string]struct{}{},
-		lookahead: make(chan item, (cfg.LookaheadBatches+cfg.BatchSlots-1)*cfg.BatchSize),
+		lookahead:  make(chan item, (cfg.LookaheadBatches+cfg.BatchSlots-1)*cfg.BatchSize),
 	}
 	if len(lanes) > 1 {
 		p.axes = newMetaCache(cfg, new(statsSink))
