@@ -190,7 +190,7 @@ func decodeError(j *job, err error) error {
 		kind = ErrBudget
 	}
 	return errorf("decode", kind, j.src.uri, "chunk %s at offset %d (%d bytes): %w", j.chunk.Key, j.chunk.Offset, j.chunk.Length, err).
-		inChunk(j.chunk.Key, j.chunk.Offset, j.chunk.Length)
+		inChunk(j.src.rel(j.chunk.Key), j.chunk.Offset, j.chunk.Length)
 }
 
 // assemblePlan builds the ptx plan of a wave; off(j) is where the gather

@@ -74,10 +74,13 @@ func (c Config) forSource(i int) Config {
 }
 
 // sourceError says which source an error of a pipeline with several
-// sources is about.
+// sources is about (an error that names one already stays as it is).
 func sourceError(name string, err error) error {
 	var e *Error
 	if errors.As(err, &e) {
+		if e.Source != "" {
+			return err
+		}
 		c := *e
 		c.Op = "source " + strconv.Quote(name) + ": " + c.Op
 		c.Source = name

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // job is one stored chunk a batch needs, read and decoded once however
@@ -181,7 +183,7 @@ func planBatch(m *metaCache, req *batchReq, maxChunk int64, loc func(*source) za
 		}
 		zp, err := src.arr.Plan(box, loc(src))
 		if err != nil {
-			return nil, sampleError(req, n, planError(s.URI, err))
+			return nil, sampleError(req, n, planError(src, err))
 		}
 		bp.fills[n] = src.fill
 		for _, zj := range zb.Jobs[zb.Add(n, src, zp):] {
@@ -217,15 +219,32 @@ func sampleError(req *batchReq, n int, err error) *Error {
 }
 
 // planError maps a planning failure (reading a shard index or an object
-// size) onto the pipeline's kinds.
-func planError(uri string, err error) error {
+// size) onto the pipeline's kinds, naming the object at fault (Chunk)
+// when the cause does.
+func planError(src *source, err error) error {
+	uri := src.uri
+	var e *Error
 	switch {
 	case errors.Is(err, zarr.ErrChecksum), errors.Is(err, zarr.ErrCorrupt), errors.Is(err, zarr.ErrFormat):
-		return newError("plan", ErrDecode, uri, err)
+		e = newError("plan", ErrDecode, uri, err)
 	case errors.Is(err, zarr.ErrTooLarge):
-		return newError("plan", ErrBudget, uri, err)
+		e = newError("plan", ErrBudget, uri, err)
+	default:
+		e = newError("plan", ErrStorage, uri, err)
 	}
-	return newError("plan", ErrStorage, uri, err)
+	var fe *zarr.FormatError
+	var re *remote.Error
+	bare, _, _ := strings.Cut(uri, "?")
+	switch {
+	case errors.As(err, &fe):
+		e.inChunk(src.rel(fe.Key), 0, 0)
+	case errors.As(err, &re):
+		obj, _, _ := strings.Cut(re.URI, "?")
+		if key, ok := strings.CutPrefix(obj, strings.TrimSuffix(bare, "/")+"/"); ok {
+			e.inChunk(key, 0, 0)
+		}
+	}
+	return e
 }
 
 // cutWaves orders the jobs by file and offset, packs them into waves under

@@ -76,7 +76,7 @@ func (bs *batchState) attribute(err error) error {
 			continue
 		}
 		j := bp.jobs[c.Job]
-		if j.src.uri != e.URI || j.chunk.Key != e.Chunk || (e.n > 0 && (j.chunk.Offset+j.chunk.Length <= e.at || e.at+e.n <= j.chunk.Offset)) {
+		if j.src.uri != e.URI || j.src.rel(j.chunk.Key) != e.Chunk || (e.n > 0 && (j.chunk.Offset+j.chunk.Length <= e.at || e.at+e.n <= j.chunk.Offset)) {
 			continue
 		}
 		if c.Sample < len(bs.req.samples) {
@@ -87,11 +87,11 @@ func (bs *batchState) attribute(err error) error {
 }
 
 // batchError is the error of a batch taken from every lane: the first
-// lane's that failed, naming its source when it is not the primary.
+// lane's that failed, naming its source when there are several.
 func (p *Pipeline) batchError(rs []*result) error {
 	for i, r := range rs {
 		if r.err != nil {
-			if i > 0 {
+			if len(rs) > 1 {
 				return sourceError(p.lanes[i].src.Name, r.err)
 			}
 			return r.err
