@@ -202,9 +202,11 @@ func startLanes(cfg Config, lanes []*lane) (*Pipeline, error) {
 }
 
 // Push queues samples. Each is checked (URI, rank, extents) here; on the
-// first bad one Push returns an error naming it, and the samples before it
-// stay queued. Push never blocks: samples wait in an unbounded queue until
-// the lookahead has room (see Pending).
+// first bad one Push returns an error naming it (its index in the call),
+// the samples before it stay queued and those after it are not queued,
+// under either Config.OnError. Push opens no array (Check does). Push
+// never blocks: samples wait in an unbounded queue until the lookahead has
+// room (see Pending).
 func (p *Pipeline) Push(samples ...Sample) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -274,8 +276,11 @@ func (p *Pipeline) Flush() error {
 // Pop returns the next batch, in push order, blocking until it is ready,
 // ctx is done (ErrCanceled), or the pipeline is closed (ErrShutdown). A
 // batch that failed (unreadable file, corrupt chunk, rejected sample) is
-// returned as its error; the pipeline stays usable for the batches after
-// it unless the error is ErrCUDA.
+// returned as its error, naming the sample (see the package doc); the
+// pipeline stays usable for the batches after it unless the error is
+// ErrCUDA. Under Config.OnError's OnErrorSkip a batch whose samples
+// failed comes out without them (Batch.Skipped), reading them again
+// first.
 func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	p.popMu.Lock()
 	defer p.popMu.Unlock()
