@@ -119,8 +119,8 @@
 //
 // # Files
 //
-// pipeline.go is the API (Push, PushSeq, Pop, Flush, Shutdown, Close) and
-// the intake; config.go, errors.go, stats.go and trace.go its types;
+// pipeline.go is the API (Push, PushSeq, Pop, Flush, Shutdown, Close),
+// intake.go the intake (the feeder and the batcher); config.go, errors.go, stats.go and trace.go its types;
 // source.go, lane.go and augment.go the sources, their lanes and the
 // transforms, assemble.go what the engines give the kernel for them;
 // batch.go the Batch and its DLPack export; share.go (with shm_*.go) hands
