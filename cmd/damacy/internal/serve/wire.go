@@ -149,21 +149,21 @@ func (w *frameWriter) failed() error {
 // request is any client message but its "id"; each op reads the members
 // it needs.
 type request struct {
-	Op          string                     `json:"op"`
-	Version     *int                       `json:"version"`
-	Config      map[string]json.RawMessage `json:"config"`
-	Device      *deviceSpec                `json:"device"`
-	Samples     []sampleSpec               `json:"samples"`
-	Check       *bool                      `json:"check"` // push: false queues without opening arrays
+	Op      string                     `json:"op"`
+	Version *int                       `json:"version"`
+	Config  map[string]json.RawMessage `json:"config"`
+	Device  *deviceSpec                `json:"device"`
+	Samples []sampleSpec               `json:"samples"`
+	Check   *bool                      `json:"check"` // push: false queues without opening arrays
 
-	Batch       *int64                     `json:"batch"`
-	Done        bool                       `json:"done"`
-	EventHandle string                     `json:"event_handle"` // version 1's release: logged, ignored
-	Level       *int                       `json:"level"`
-	Sampler     *int64                     `json:"sampler"` // sampler_draw, sampler_close (sampler.go)
-	Epoch       *int64                     `json:"epoch"`
-	Start       *int64                     `json:"start"`
-	N           *int                       `json:"n"`
+	Batch       *int64 `json:"batch"`
+	Done        bool   `json:"done"`
+	EventHandle string `json:"event_handle"` // version 1's release: logged, ignored
+	Level       *int   `json:"level"`
+	Sampler     *int64 `json:"sampler"` // sampler_draw, sampler_close (sampler.go)
+	Epoch       *int64 `json:"epoch"`
+	Start       *int64 `json:"start"`
+	N           *int   `json:"n"`
 }
 
 // deviceSpec is hello's "device": {"kind": "cuda", "uuid": ...} or {"kind": "cpu"}.
@@ -416,7 +416,7 @@ func statsOf(s pipeline.Stats) statsMsg {
 
 		Engine: s.Engine, Decoder: s.Decoder, Check: metricOf(s.Check), SamplesEmitted: s.SamplesEmitted,
 		SamplesSkipped: s.SamplesSkipped,
-		ChunksDecoded: s.ChunksDecoded, ChunksGPU: s.ChunksGPU, ChunksRedecoded: s.ChunksRedecoded,
+		ChunksDecoded:  s.ChunksDecoded, ChunksGPU: s.ChunksGPU, ChunksRedecoded: s.ChunksRedecoded,
 		ChunksFill: s.ChunksFill, ChunksDeduped: s.ChunksDeduped, ReadOps: s.ReadOps, BytesRead: s.BytesRead,
 		BytesMapped: s.BytesMapped, MappedFileBytes: s.MappedFileBytes,
 		BoxBytes: s.BoxBytes, OutputBytes: s.OutputBytes, SlotsInUse: s.SlotsInUse, SamplesInFlight: s.SamplesInFlight,
