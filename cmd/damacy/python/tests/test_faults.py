@@ -120,7 +120,8 @@ def dataset(request, tmp_path) -> Iterator[Dataset]:
     case: Case = request.param
     rng = np.random.default_rng(7)
     for name in NAMES:
-        write_image(str(tmp_path / f"{name}.zarr"), rng, np.uint16 if name == "b" and case.name == "label out of range" else np.uint8)
+        wide = name == "b" and case.name == "label out of range"
+        write_image(str(tmp_path / f"{name}.zarr"), rng, np.uint16 if wide else np.uint8)
     b = tmp_path / "b.zarr"
     if case.name == "missing label":
         import shutil
@@ -231,7 +232,8 @@ def test_pipeline(serve_binary, dataset, on_error):
             assert seen == {i: 1 for i in range(len(ds.samples))}
             assert p.stats().samples_skipped == sum(ds.bad)
         else:
-            failed = {i for f in range(0, len(accepted), bs) for i in accepted[f : f + bs] if any(ds.bad[j] for j in accepted[f : f + bs])}
+            batches = [accepted[f : f + bs] for f in range(0, len(accepted), bs)]
+            failed = {i for b in batches if any(ds.bad[j] for j in b) for i in b}
             assert set(seen) == set(accepted) - failed and all(n == 1 for n in seen.values())
         assert p.stats().samples_in_flight == 0
 
