@@ -186,12 +186,13 @@ func sortSkipped(s []*Error) {
 // logging each once; past it the memory starts over.
 const maxSkipCauses = 1024
 
-// logSkipped warns once per distinct cause (kind, array, source, chunk
-// and what went wrong) of the samples a batch left out. It runs under
-// popMu.
+// logSkipped warns once per distinct cause of the samples a batch left
+// out: the kind of error, and the array, source and chunk at fault (every
+// sample of a missing label is one cause, so are the values of one label
+// that do not fit its type). It runs under popMu.
 func (p *Pipeline) logSkipped(skipped []*Error) {
 	for _, e := range skipped {
-		key := e.Kind.Error() + "\x00" + e.URI + "\x00" + e.Source + "\x00" + e.Chunk + "\x00" + e.cause()
+		key := e.Kind.Error() + "\x00" + e.URI + "\x00" + e.Source + "\x00" + e.Chunk
 		if _, ok := p.skipCauses[key]; ok {
 			continue
 		}
