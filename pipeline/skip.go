@@ -164,10 +164,10 @@ func (p *Pipeline) salvage(rs []*result) ([]*Error, error) {
 }
 
 // only returns a copy of r holding only its samples kept (indexes, in
-// order), with their positions and transforms.
+// order), with their positions and transforms (not the samples r left
+// out as it was cut: Pop has those).
 func (r *batchReq) only(kept []int) *batchReq {
-	c := &batchReq{id: r.id, flushAt: r.flushAt, skipped: r.skipped,
-		samples: make([]Sample, 0, len(kept)), pos: make([]int64, 0, len(kept))}
+	c := &batchReq{id: r.id, flushAt: r.flushAt, samples: make([]Sample, 0, len(kept)), pos: make([]int64, 0, len(kept))}
 	for _, k := range kept {
 		c.samples, c.pos = append(c.samples, r.samples[k]), append(c.pos, r.position(k))
 		if r.xf != nil {
