@@ -311,10 +311,10 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 		var more []*Error
 		if more, err = p.salvage(rs); err == nil {
 			skipped = append(skipped, more...)
-			sortSkipped(skipped)
 			req = rs[0].req
 		}
 	}
+	sortSkipped(skipped)
 	if err != nil {
 		for _, ri := range rs {
 			if ri.slot != nil {

@@ -75,13 +75,6 @@ class _Feed:
         kept = [d for i, d in enumerate(draws) if i not in out]
         return kept, [(draws[i], s) for i, s in sorted(out.items())]
 
-    def draw_at(self, index: Optional[int], first: int, draws: List[Draw]) -> Optional[Draw]:
-        """The draw at feed index ``index`` among draws (which start at feed
-        index first), or None."""
-        if index is None or not 0 <= index - first < len(draws):
-            return None
-        return draws[index - first]
-
 
 def _named(feed: _Feed, draw: Draw, error: DamacyError) -> DamacyError:
     """error as the Loader raises or reports it: naming the draw's epoch,
@@ -262,9 +255,8 @@ class Loader:
                     first = feed.taken
                     draws, _ = feed.take(e.samples)
                     self.sampler.next += len(draws)
-                    bad = feed.draw_at(e.index, first, draws)
-                    if bad is not None:
-                        _named(feed, bad, e)
+                    if e.index is not None and 0 <= e.index - first < len(draws):
+                        _named(feed, draws[e.index - first], e)  # the draw at fault
                     raise
                 if held is not None:
                     self._release(held)
