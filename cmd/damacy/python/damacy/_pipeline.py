@@ -152,10 +152,10 @@ class Pipeline:
         self._flushed_at = 0  # _sent at the last flush sent to the server
         self._stale = False  # an interrupted pop failed: _done needs the server's count
         # The samples sent and not yet popped, by iterable (under _counts):
-        # (first, source, index, n) says that the samples sent from first
-        # on (counted from 0 over the connection) are items index on of
-        # source's iterable, n of them; _locate reads it.
-        self._spans: Deque[Tuple[int, _Source, int, int]] = collections.deque()
+        # (first, index, n) says that the n samples sent from first on
+        # (counted from 0 over the connection) are the items of one
+        # iterable from index on; _locate reads it.
+        self._spans: Deque[Tuple[int, int, int]] = collections.deque()
 
         target = _device.choose(config.device)
         sock, process = _server.launch()
@@ -372,19 +372,19 @@ class Pipeline:
             reply = self._conn.request("push", **fields)
         except DamacyError as e:
             if e.index is not None:
-                self._sent_from(source, first, e.index)
+                self._sent_from(first, e.index)
                 if self._sources and self._sources[0] is source:
                     self._sources.popleft()
                 e.index += first
             raise
-        self._sent_from(source, first, int(reply.message.get("accepted", len(items))))
+        self._sent_from(first, int(reply.message.get("accepted", len(items))))
 
-    def _sent_from(self, source: _Source, first: int, n: int) -> None:
-        """Count n samples the server accepted, items first on of source's
-        iterable. Called with _intake held."""
+    def _sent_from(self, first: int, n: int) -> None:
+        """Count n samples the server accepted, the items of one iterable
+        from first on. Called with _intake held."""
         with self._counts:
             if n > 0:
-                self._spans.append((self._sent, source, first, n))
+                self._spans.append((self._sent, first, n))
             self._sent += n
 
     def _locate(self, position: Optional[int]) -> Optional[int]:
@@ -393,7 +393,7 @@ class Pipeline:
         if position is None:
             return None
         at = position - 1
-        for first, _, index, n in self._spans:
+        for first, index, n in self._spans:
             if first <= at < first + n:
                 return index + at - first
         return None
@@ -402,7 +402,7 @@ class Pipeline:
         """Count n more samples as taken by popped (or failed) batches, and
         forget the spans wholly before them. Called with _counts held."""
         self._done += n
-        while self._spans and self._spans[0][0] + self._spans[0][3] <= self._done:
+        while self._spans and self._spans[0][0] + self._spans[0][2] <= self._done:
             self._spans.popleft()
 
     # Output.
