@@ -48,7 +48,8 @@ func setTransforms(p *ptx.Plan, req *batchReq) error {
 }
 
 // misfitError reports the values of a batch that do not fit its integer
-// output type (nil when every one fits), naming the first one's sample.
+// output type (nil when every one fits), naming the first one's sample
+// (and numbering it, in the ptx error too, by its position).
 func misfitError(req *batchReq, ms ptx.MisfitStatus, l ptx.Layout) error {
 	err := ms.Err(l)
 	if err == nil {
@@ -56,8 +57,13 @@ func misfitError(req *batchReq, ms ptx.MisfitStatus, l ptx.Layout) error {
 	}
 	var me *ptx.MisfitError
 	if errors.As(err, &me) && me.Sample >= 0 && me.Sample < len(req.samples) {
-		s := req.samples[me.Sample]
-		return newError("assemble", ErrDtype, s.URI, fmt.Errorf("sample %s: %w", s, err))
+		n := me.Sample
+		if pos := req.position(n); pos > 0 {
+			c := *me
+			c.Sample = int(pos)
+			err = &c
+		}
+		return sampleError(req, n, newError("assemble", ErrDtype, req.samples[n].URI, err))
 	}
 	return newError("assemble", ErrDtype, "", err)
 }

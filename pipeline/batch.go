@@ -28,6 +28,7 @@ type Batch struct {
 	p        *Pipeline
 	req      *batchReq
 	tensors  []*Tensor
+	skipped  []*Error
 	released atomic.Bool
 }
 
@@ -94,6 +95,16 @@ func (t *Tensor) Info() BatchInfo {
 
 // Samples returns the batch's samples, in order.
 func (b *Batch) Samples() []Sample { return b.req.samples }
+
+// Positions returns each sample's position in the pipeline's intake
+// (counted from 1, as Error.Position), in order.
+func (b *Batch) Positions() []int64 { return b.req.pos }
+
+// Skipped returns the samples that Config.OnError's OnErrorSkip left out
+// of the batch, in intake order: each error names the sample's Position,
+// its URI, Source and Chunk where they apply, and the cause. Each sample
+// the batch took is either among Samples or here, once.
+func (b *Batch) Skipped() []*Error { return b.skipped }
 
 // Len is the number of samples in the batch.
 func (b *Batch) Len() int { return len(b.req.samples) }

@@ -14,8 +14,9 @@ type sampleChecker interface {
 // cache, so the batch finds the array open.
 //
 // Push does not open arrays (it never waits on storage): such a sample
-// fails its batch at Pop. Calling Check before Push reports it at once
-// instead. Check does not queue anything and may block on storage.
+// fails its batch at Pop (or, under OnErrorSkip, is left out of it).
+// Calling Check before Push reports it at once instead. Check does not
+// queue anything and may block on storage.
 func (p *Pipeline) Check(s Sample) error {
 	p.mu.Lock()
 	closed := p.closed

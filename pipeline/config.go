@@ -84,6 +84,44 @@ func ParseDtype(s string) (Dtype, error) {
 	return 0, errorf("parse dtype", ErrInvalid, "", "unknown output dtype %q (want f32, float32, bf16, bfloat16, u8, uint8, i32, int32, i64 or int64)", s)
 }
 
+// ErrorPolicy says what a pipeline does with a sample that cannot be read
+// (Config.OnError).
+type ErrorPolicy uint8
+
+const (
+	// OnErrorRaise (the default) fails the Pop of the sample's batch with
+	// the sample's error; the batch's other samples are not delivered,
+	// and the batches after it come as usual.
+	OnErrorRaise ErrorPolicy = iota
+	// OnErrorSkip leaves the sample out of its batch, which comes out
+	// short (an empty batch when every sample was left out), its samples
+	// in order, and reports it (Batch.Skipped, Stats.SamplesSkipped, a
+	// warning on Config.Logger once per distinct cause).
+	OnErrorSkip
+)
+
+// String returns "raise" or "skip".
+func (e ErrorPolicy) String() string {
+	switch e {
+	case OnErrorRaise:
+		return "raise"
+	case OnErrorSkip:
+		return "skip"
+	}
+	return "ErrorPolicy(" + strconv.Itoa(int(e)) + ")"
+}
+
+// ParseErrorPolicy accepts "raise" and "skip" ("" is "raise").
+func ParseErrorPolicy(s string) (ErrorPolicy, error) {
+	switch s {
+	case "", "raise":
+		return OnErrorRaise, nil
+	case "skip":
+		return OnErrorSkip, nil
+	}
+	return 0, errorf("parse on_error", ErrInvalid, "", "unknown error policy %q (want \"raise\" or \"skip\")", s)
+}
+
 // Defaults of Config's fields; a zero field means the value here.
 const (
 	DefaultBatchSize         = 1
@@ -122,6 +160,15 @@ type Config struct {
 	// each read from its own array with the same box (see Source). Empty:
 	// one tensor, named DefaultSourceName, from the sample's array.
 	Sources []Source
+	// OnError says what becomes of a sample that cannot be read: its
+	// array or a source's missing or unreadable, a chunk that does not
+	// decode, a truncated shard, a value that does not fit an integer
+	// output, an object store's read that failed after its retries.
+	// OnErrorRaise (the default) fails its batch's Pop; OnErrorSkip
+	// leaves it out of its batch and goes on (see ErrorPolicy). Errors
+	// that are not about one sample (a CUDA error, a budget, shutdown)
+	// fail Pop under both.
+	OnError ErrorPolicy
 	// Augment, when set, transforms every sample as it is assembled:
 	// flips, quarter turns, axis permutations, intensity (see Augment).
 	Augment *Augment
@@ -260,6 +307,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if !c.Dtype.valid() {
 		return bad("Dtype", c.Dtype, "F32, BF16, U8, I32 or I64")
+	}
+	if c.OnError > OnErrorSkip {
+		return bad("OnError", c.OnError, "OnErrorRaise or OnErrorSkip")
 	}
 	srcs, err := sourcesOf(&c)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -257,7 +258,7 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 			if nv == nil {
 				nv = errors.New("decoded, but another chunk of the wave failed")
 			}
-			errs[k] = errorf("decode", ErrDecode, j.src.uri, "chunk %s at offset %d (%d bytes): %v (nvCOMP: %v)", j.chunk.Key, j.chunk.Offset, j.chunk.Length, err, nv)
+			errs[k] = decodeError(j, fmt.Errorf("%w (nvCOMP: %v)", err, nv))
 			return nil
 		}
 		outs[k] = out

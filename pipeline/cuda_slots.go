@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+
+	"github.com/damacy-go/damacy/cuda"
 )
 
 // Batch slots on the CUDA engine. A batch takes its slot when the
@@ -20,12 +22,17 @@ import (
 // wave buffer waits for them.
 
 // takeSlots gives the wave's live parts their batches' slots, or lists
-// them as late. It reports false when ctx ended.
+// them as late; so too the parts whose batches failed with a sample's
+// error under OnErrorSkip, whose slots Pop fills (keepsSlot). It reports
+// false when ctx ended.
 func (e *cudaEngine) takeSlots(ctx context.Context, cw *cudaWave) bool {
 	cw.late = nil
-	for _, p := range cw.live() {
+	if cw.err != nil {
+		return true
+	}
+	for _, p := range cw.parts {
 		bs := p.batch
-		if bs.slot != nil {
+		if bs.slot != nil || (p.err != nil && !bs.keepsSlot(p.err)) {
 			continue
 		}
 		if p == cw.parts[0] {
@@ -111,6 +118,34 @@ func (e *cudaEngine) waitLate(ctx context.Context, cw *cudaWave, p *wavePart) bo
 // cw.lateMu).
 func (cw *cudaWave) assembled(p *wavePart) bool {
 	return p.lateOK || !slices.Contains(cw.late, p)
+}
+
+// writeSlot copies b to the start of slot s on the assemble stream, after
+// the consumer events the slot waits for, and records the slot's ready
+// event after it (salvager).
+func (e *cudaEngine) writeSlot(s *slot, b []byte) error {
+	err := e.ex.Do(func() error {
+		for _, a := range s.takeAfter() {
+			if err := e.asmS.WaitEvent(a.ev); err != nil {
+				return err
+			}
+			if a.own {
+				if err := a.ev.Destroy(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := e.asmS.CopyHtoD(cuda.DevicePtr(s.dev), b); err != nil {
+			return err
+		}
+		return s.readyEvent.Record(e.asmS)
+	})
+	if err != nil {
+		ce := cudaError("assemble", err)
+		e.sticky.CompareAndSwap(nil, ce)
+		return ce
+	}
+	return nil
 }
 
 func (e *cudaEngine) hold(bs *batchState, s *slot) {

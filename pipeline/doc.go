@@ -79,15 +79,54 @@
 // cache through the mapping, and the H2D copy takes those bytes straight
 // from it.
 //
+// # Errors: where each surfaces and what it names
+//
+// Push checks each sample's form (a URI, the box's rank and extents, the
+// level) and returns the first bad one's error, naming its index in the
+// call: the samples before it stay queued, those after it are not. Push
+// never opens an array; Check does, and reports at once what the batch
+// would fail with (a missing array or source, a type or rank that cannot
+// be read): damacy serve's push calls it first, which gives Python's
+// Pipeline.push the reference's semantics. A PushSeq sequence's malformed
+// sample ends the sequence, and fails the Pop of the batch it would have
+// joined.
+//
+// Whatever else is wrong with a sample fails the Pop of its own batch: its
+// array or a source's missing or unreadable (ErrNotFound, ErrStorage,
+// ErrInvalid), a type or rank that cannot be read (ErrDtype, ErrRank), a
+// truncated shard or a chunk that does not decode (ErrDecode), an object
+// store's read that failed after its retries (ErrStorage), a value that
+// does not fit an integer output (ErrDtype). The batch's other samples are
+// not delivered, and the next Pop returns the next batch. Such an error
+// names the sample: Error.Position (its place in the intake, counted from
+// 1), its URI, its Source (with several sources), the Chunk (the store key
+// of the chunk or shard, relative to the URI) where there is one, and the
+// cause; Op reads "(sample N: URI[box])". A chunk that several samples
+// read names the first of them. ErrCUDA (the context is lost) fails every
+// later batch too; ErrShutdown ends the stream.
+//
+// Config.OnError's OnErrorSkip leaves such a sample out of its batch
+// instead (skip.go): the batch comes out short, in order (empty when none
+// is left), and each sample left out is reported once, by an error of the
+// same form, in Batch.Skipped, counted in Stats.SamplesSkipped, and
+// warned about on Config.Logger once per distinct cause; a sequence's
+// malformed sample is left out and the sequence goes on. A batch that
+// fails reaches Pop with its slot, and Pop reads it again, one sample at a
+// time, on the CPU, the way the host engine reads (so the samples kept are
+// exactly what the engine would have assembled). Errors that are not
+// about one sample (ErrCUDA, ErrBudget, ErrOutOfMemory, ErrShutdown,
+// ErrCanceled) fail Pop as before, and Push's checks still return theirs.
+//
 // # Files
 //
-// pipeline.go is the API (Push, PushSeq, Pop, Flush, Shutdown, Close) and
-// the intake; config.go, errors.go, stats.go and trace.go its types;
+// pipeline.go is the API (Push, PushSeq, Pop, Flush, Shutdown, Close),
+// intake.go the intake (the feeder and the batcher); config.go, errors.go, stats.go and trace.go its types;
 // source.go, lane.go and augment.go the sources, their lanes and the
 // transforms, assemble.go what the engines give the kernel for them;
 // batch.go the Batch and its DLPack export; share.go (with shm_*.go) hands
 // a batch to another process (CUDA IPC handles, memfd host slots) and
-// check.go checks a sample against its array, for damacy serve. meta.go
+// check.go checks a sample against its array, for damacy serve; skip.go
+// is Config.OnError's OnErrorSkip. meta.go
 // opens arrays, plan.go plans batches into jobs, waves and reads (planner.go
 // is the stage, which carries waves over batches), io.go
 // reads local files and remote.go object stores (ranged GETs), filemap.go

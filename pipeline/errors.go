@@ -31,12 +31,31 @@ var (
 	ErrCanceled = errors.New("canceled")
 )
 
-// Error is the one error type of package pipeline.
+// Error is the one error type of package pipeline. An error about one
+// sample's data (a batch's, at Pop, or a skipped sample's, Batch.Skipped)
+// names the sample by Position and, where they apply, its Source and the
+// Chunk that failed; Op then says "(sample N: URI[box])" too.
 type Error struct {
 	Op   string // the operation: "new", "push", "pop", "read", "decode", ...
 	Kind error  // one of the sentinels above
 	URI  string // the array or file concerned, if any
 	Err  error  // the underlying cause, if any
+	// Position is the sample's place in the pipeline's intake, counted
+	// from 1: the Nth sample pushed (by Push or PushSeq, in order), as
+	// Sample.Seed's default counts. 0: the error is about no one sample
+	// (or, from Push, about a sample it did not take: Op then names the
+	// sample's index in that call).
+	Position int64
+	// Source is the name of the source (Config.Sources) whose array the
+	// error is about, with several sources; else empty.
+	Source string
+	// Chunk is the store key of the chunk (or the shard holding it) that
+	// could not be read or decoded, relative to URI; else empty.
+	Chunk string
+
+	// at and n are the bytes of Chunk that failed, for finding the sample
+	// that reads them (n == 0: unknown).
+	at, n int64
 }
 
 // Error returns "pipeline: OP URI: KIND: CAUSE", saying each thing once.
@@ -140,6 +159,13 @@ func (e *Error) Unwrap() []error {
 		return []error{e.Kind}
 	}
 	return []error{e.Kind, e.Err}
+}
+
+// inChunk says that e is about bytes [at, at+n) of the chunk or shard
+// key (n == 0: which bytes is not known).
+func (e *Error) inChunk(key string, at, n int64) *Error {
+	e.Chunk, e.at, e.n = key, at, n
+	return e
 }
 
 func newError(op string, kind error, uri string, err error) *Error {

@@ -284,7 +284,8 @@ func readMapped(f func() error) (err error) {
 // it would.
 func checkMapped(f *fileMap, r *readOp) error {
 	if r.offset < 0 || r.offset+r.length > int64(len(f.data)) {
-		return errorf("read", ErrDecode, r.src.uri, "%s: truncated: %d bytes at offset %d, only %d there", r.key, r.length, r.offset, max(int64(len(f.data))-r.offset, 0))
+		return errorf("read", ErrDecode, r.src.uri, "%s: truncated: %d bytes at offset %d, only %d there", r.key, r.length, r.offset, max(int64(len(f.data))-r.offset, 0)).
+			inChunk(r.src.rel(r.key), r.offset, r.length)
 	}
 	return nil
 }

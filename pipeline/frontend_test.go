@@ -401,6 +401,7 @@ func TestConfigValidation(t *testing.T) {
 		{Config{Device: "tpu"}, "Device"},
 		{Config{MaxGPUMemoryBytes: -1}, "MaxGPUMemoryBytes"},
 		{Config{ChunkCacheBytes: 4096}, "ChunkCacheBytes"},
+		{Config{OnError: 2}, "OnError"},
 	}
 	for _, tt := range tests {
 		_, err := tt.cfg.withDefaults()
@@ -419,6 +420,14 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if _, err := ParseDtype("f16"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("ParseDtype(f16) = %v, want ErrInvalid", err)
+	}
+	for _, s := range []string{"", "raise", "skip"} {
+		if e, err := ParseErrorPolicy(s); err != nil || (s != "" && e.String() != s) {
+			t.Errorf("ParseErrorPolicy(%q) = %v, %v", s, e, err)
+		}
+	}
+	if _, err := ParseErrorPolicy("ignore"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("ParseErrorPolicy(ignore) = %v, want ErrInvalid", err)
 	}
 }
 

@@ -189,7 +189,8 @@ func decodeError(j *job, err error) error {
 	if errors.Is(err, zarr.ErrTooLarge) {
 		kind = ErrBudget
 	}
-	return errorf("decode", kind, j.src.uri, "chunk %s at offset %d (%d bytes): %w", j.chunk.Key, j.chunk.Offset, j.chunk.Length, err)
+	return errorf("decode", kind, j.src.uri, "chunk %s at offset %d (%d bytes): %w", j.chunk.Key, j.chunk.Offset, j.chunk.Length, err).
+		inChunk(j.src.rel(j.chunk.Key), j.chunk.Offset, j.chunk.Length)
 }
 
 // assemblePlan builds the ptx plan of a wave; off(j) is where the gather
@@ -422,7 +423,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 		}
 		h.head.Store(int32(stageCompute))
 		bs := w.batch
-		if bs.failed() == nil && bs.slot == nil {
+		if err := bs.failed(); bs.slot == nil && (err == nil || bs.keepsSlot(err)) {
 			s, err := h.pool.get(ctx)
 			if err != nil {
 				h.giveSlab(w)
@@ -447,6 +448,12 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 			return
 		}
 	}
+}
+
+// writeSlot copies b to the start of slot s (salvager).
+func (h *hostEngine) writeSlot(s *slot, b []byte) error {
+	copy(s.host, b)
+	return nil
 }
 
 func (h *hostEngine) giveSlab(w *wave) {

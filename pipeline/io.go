@@ -43,7 +43,8 @@ func (c *fdCache) read(r *readOp, dst []byte) error {
 		return nil
 	}
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return errorf("read", ErrDecode, r.src.uri, "%s: truncated: %d bytes at offset %d, only %d there", r.key, len(dst), r.offset, n)
+		return errorf("read", ErrDecode, r.src.uri, "%s: truncated: %d bytes at offset %d, only %d there", r.key, len(dst), r.offset, n).
+			inChunk(r.src.rel(r.key), r.offset, r.length)
 	}
-	return newError("read", ErrStorage, r.src.uri, fmt.Errorf("%s: %w", r.key, err))
+	return newError("read", ErrStorage, r.src.uri, fmt.Errorf("%s: %w", r.key, err)).inChunk(r.src.rel(r.key), r.offset, r.length)
 }

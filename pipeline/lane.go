@@ -74,21 +74,29 @@ func (c Config) forSource(i int) Config {
 }
 
 // sourceError says which source an error of a pipeline with several
-// sources is about.
+// sources is about (an error that names one already stays as it is).
 func sourceError(name string, err error) error {
 	var e *Error
 	if errors.As(err, &e) {
+		if e.Source != "" {
+			return err
+		}
 		c := *e
 		c.Op = "source " + strconv.Quote(name) + ": " + c.Op
+		c.Source = name
 		return &c
 	}
-	return newError("source "+strconv.Quote(name), ErrInvalid, "", err)
+	e = newError("source "+strconv.Quote(name), ErrInvalid, "", err)
+	e.Source = name
+	return e
 }
 
 // split returns the requests of a batch for every lane: the batch itself
 // for the primary, and for each other source its samples as that source
 // reads them. A sample that cannot be matched to a source fails the batch
-// in every lane.
+// in every lane or, under OnErrorSkip, is left out of it (req.skipped). A
+// batch with every sample left out still goes to the engines, failed with
+// the first one's error, to come out of Pop empty.
 func (p *Pipeline) split(req *batchReq) []*batchReq {
 	out := make([]*batchReq, len(p.lanes))
 	out[0] = req
@@ -96,16 +104,6 @@ func (p *Pipeline) split(req *batchReq) []*batchReq {
 		out[i] = &batchReq{id: req.id, flushAt: req.flushAt, err: req.err}
 	}
 	if req.err != nil {
-		return out
-	}
-	fail := func(l *lane, n int, err error) []*batchReq {
-		err = sampleError(n, req.samples[n], err)
-		if len(p.lanes) > 1 {
-			err = sourceError(l.src.Name, err)
-		}
-		for _, r := range out {
-			r.err = err
-		}
 		return out
 	}
 	if a := p.cfg.Augment; a != nil {
@@ -117,29 +115,70 @@ func (p *Pipeline) split(req *batchReq) []*batchReq {
 			}
 		}
 	}
-	for i, l := range p.lanes[1:] {
-		r := out[i+1]
-		r.samples = make([]Sample, len(req.samples))
-		if req.xf != nil {
-			r.xf = make([]Transform, len(req.samples))
+	if len(p.lanes) > 1 {
+		kept := &batchReq{samples: make([]Sample, 0, len(req.samples)), pos: make([]int64, 0, len(req.samples))}
+		for i := 1; i < len(p.lanes); i++ {
+			out[i].samples = make([]Sample, 0, len(req.samples))
 		}
 		for n, s := range req.samples {
-			ls, m, err := p.project(l, s)
+			err := p.projectSample(req, n, out)
+			if err != nil && (p.cfg.OnError != OnErrorSkip || !sampleFault(err)) {
+				for _, r := range out {
+					r.err = err
+				}
+				return out
+			}
 			if err != nil {
-				return fail(l, n, err)
+				req.skipped = append(req.skipped, err)
+				continue
 			}
-			r.samples[n] = ls
+			kept.samples, kept.pos = append(kept.samples, s), append(kept.pos, req.pos[n])
 			if req.xf != nil {
-				if r.xf[n], err = req.xf[n].project(m, l.src.Name); err != nil {
-					return fail(l, n, err)
-				}
-				if !p.intensity[i+1] {
-					r.xf[n].noIntensity()
-				}
+				kept.xf = append(kept.xf, req.xf[n])
 			}
+		}
+		req.samples, req.pos, req.xf = kept.samples, kept.pos, kept.xf
+		for _, r := range out[1:] {
+			r.pos = req.pos
+		}
+	}
+	if len(req.samples) == 0 && len(req.skipped) > 0 {
+		for _, r := range out {
+			r.err = req.skipped[0]
 		}
 	}
 	return out
+}
+
+// projectSample appends sample n of req, as each other source reads it
+// (and its transform, with Config.Augment), to that source's request in
+// out; on an error it appends nothing and returns it, naming the sample
+// and the source.
+func (p *Pipeline) projectSample(req *batchReq, n int, out []*batchReq) *Error {
+	s := req.samples[n]
+	ls := make([]Sample, len(p.lanes))
+	xf := make([]Transform, len(p.lanes))
+	for i := 1; i < len(p.lanes); i++ {
+		l := p.lanes[i]
+		smp, m, err := p.project(l, s)
+		if err == nil && req.xf != nil {
+			xf[i], err = req.xf[n].project(m, l.src.Name)
+			if !p.intensity[i] {
+				xf[i].noIntensity()
+			}
+		}
+		if err != nil {
+			return sourceError(l.src.Name, sampleError(req, n, err)).(*Error)
+		}
+		ls[i] = smp
+	}
+	for i := 1; i < len(p.lanes); i++ {
+		out[i].samples = append(out[i].samples, ls[i])
+		if req.xf != nil {
+			out[i].xf = append(out[i].xf, xf[i])
+		}
+	}
+	return nil
 }
 
 // project returns the sample a lane reads for a primary sample, fixing the

@@ -75,7 +75,7 @@ var messageCases = []messageCase{
 		setup: func(t *testing.T, path string) string { return path + ".nope" },
 		call:  popOne(0, 0),
 		kind:  ErrNotFound,
-		want:  "pipeline: open (sample 0: URI[0:8,0:8]): not found: no such file or directory",
+		want:  "pipeline: open (sample 1: URI[0:8,0:8]): not found: no such file or directory",
 	},
 	{
 		name: "no zarr node",

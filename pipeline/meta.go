@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/damacy-go/damacy/pipeline/cache"
@@ -18,6 +19,7 @@ import (
 // its fill value as float32 bits.
 type source struct {
 	uri   string // the sample's URI (and level, for NGFF groups)
+	node  string // the URI's path in its store, which names objects from the store's root
 	arr   *zarr.Array
 	names []string       // axis names (OME-NGFF axes or dimension_names); empty strings where unknown
 	dir   *zarr.DirStore // the local directory behind arr, for pread through the fd cache
@@ -32,6 +34,15 @@ type source struct {
 	// chunks for the CPU from then on.
 	cpuOnly atomic.Bool
 	spills  atomic.Int64
+}
+
+// rel returns a store key of the source's as its URI names it: relative
+// to the URI's node.
+func (s *source) rel(key string) string {
+	if s.node == "" {
+		return key
+	}
+	return strings.TrimPrefix(key, strings.TrimSuffix(s.node, "/")+"/")
 }
 
 // noteSpill counts a chunk nvCOMP refused; after a few, the array goes to
@@ -136,7 +147,7 @@ func (m *metaCache) load(uri string, level int) (*source, error) {
 	if err != nil {
 		return nil, newError("open", ErrDtype, uri, err)
 	}
-	src := &source{uri: uri, arr: arr, names: names, dtype: pdt, fill: fill}
+	src := &source{uri: uri, node: path, arr: arr, names: names, dtype: pdt, fill: fill}
 	src.dir, _ = arr.Store().(*zarr.DirStore)
 	src.loc = &cache.Locator{Store: arr.Store(), ID: uri, Sizes: m.sizes, Indexes: m.indexes, IndexLookup: m.countIndex, Versions: m.versions}
 	src.obj, _ = arr.Store().(*remote.Store)

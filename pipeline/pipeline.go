@@ -50,7 +50,7 @@ type item struct {
 	s     Sample
 	flush bool
 	at    time.Time // when the flush was asked for
-	err   error
+	err   *Error
 }
 
 // batchReq is one batch to produce: its samples in push order (for a
@@ -58,9 +58,26 @@ type item struct {
 type batchReq struct {
 	id      int64
 	samples []Sample
+	pos     []int64     // each sample's position in the intake (Error.Position)
 	flushAt time.Time   // non-zero for a batch that Flush cut short
 	err     error       // a sample was rejected: the batch fails with this
 	xf      []Transform // with Config.Augment: each sample's transform, as this source sees it
+	// skipped are the samples OnErrorSkip left out as the batch was cut
+	// (the primary source's request only); each took its place in the
+	// batch's count.
+	skipped []*Error
+}
+
+// taken is how many samples of the intake the batch took: those it holds
+// and those left out.
+func (r *batchReq) taken() int { return len(r.samples) + len(r.skipped) }
+
+// position returns sample n's position in the intake (0 when unknown).
+func (r *batchReq) position(n int) int64 {
+	if n < len(r.pos) {
+		return r.pos[n]
+	}
+	return 0
 }
 
 // result is what an engine hands back for a batchReq, in order.
@@ -91,9 +108,12 @@ type Pipeline struct {
 	lookahead chan item  // admitted samples
 	popMu     sync.Mutex // one Pop at a time, so batches leave in order
 	popped1   []*result  // under popMu: results of the next batch taken from the first lanes by a Pop that was interrupted
-	axes      *metaCache // opens arrays for matching the sources' axes (batch goroutine)
-	intensity []bool     // per source: Config.Augment's intensity transform applies
-	wg        sync.WaitGroup
+	// skipCauses (under popMu) are the causes of skipped samples logged
+	// so far (logSkipped).
+	skipCauses map[string]struct{}
+	axes       *metaCache // opens arrays for matching the sources' axes (batch goroutine)
+	intensity  []bool     // per source: Config.Augment's intensity transform applies
+	wg         sync.WaitGroup
 
 	stats *statsSink
 }
@@ -136,15 +156,16 @@ func start(cfg Config, eng engine, stats *statsSink) (*Pipeline, error) {
 func startLanes(cfg Config, lanes []*lane) (*Pipeline, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pipeline{
-		cfg:       cfg,
-		ctx:       ctx,
-		cancel:    cancel,
-		eng:       lanes[0].eng,
-		lanes:     lanes,
-		stats:     lanes[0].stats,
-		wake:      make(chan struct{}, 1),
-		popped:    make(chan struct{}, 1),
-		lookahead: make(chan item, (cfg.LookaheadBatches+cfg.BatchSlots-1)*cfg.BatchSize),
+		cfg:        cfg,
+		ctx:        ctx,
+		cancel:     cancel,
+		eng:        lanes[0].eng,
+		lanes:      lanes,
+		stats:      lanes[0].stats,
+		wake:       make(chan struct{}, 1),
+		popped:     make(chan struct{}, 1),
+		skipCauses: map[string]struct{}{},
+		lookahead:  make(chan item, (cfg.LookaheadBatches+cfg.BatchSlots-1)*cfg.BatchSize),
 	}
 	if len(lanes) > 1 {
 		p.axes = newMetaCache(cfg, new(statsSink))
@@ -181,9 +202,11 @@ func startLanes(cfg Config, lanes []*lane) (*Pipeline, error) {
 }
 
 // Push queues samples. Each is checked (URI, rank, extents) here; on the
-// first bad one Push returns an error naming it, and the samples before it
-// stay queued. Push never blocks: samples wait in an unbounded queue until
-// the lookahead has room (see Pending).
+// first bad one Push returns an error naming it (its index in the call),
+// the samples before it stay queued and those after it are not queued,
+// under either Config.OnError. Push opens no array (Check does). Push
+// never blocks: samples wait in an unbounded queue until the lookahead has
+// room (see Pending).
 func (p *Pipeline) Push(samples ...Sample) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -209,8 +232,10 @@ func (p *Pipeline) Push(samples ...Sample) error {
 // lookahead frees space, after everything pushed before it, on a goroutine
 // of the pipeline (the sequence may block; it must not call the pipeline).
 // A sample the sequence yields that fails the checks of Push ends the
-// sequence; its error is returned by the Pop of the batch it would have
-// joined. Close stops the sequence once its code returns.
+// sequence, and its error is returned by the Pop of the batch it would
+// have joined (under OnErrorSkip the sample is left out of that batch
+// instead, and the sequence goes on). Close stops the sequence once its
+// code returns.
 func (p *Pipeline) PushSeq(seq iter.Seq[Sample]) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -251,8 +276,11 @@ func (p *Pipeline) Flush() error {
 // Pop returns the next batch, in push order, blocking until it is ready,
 // ctx is done (ErrCanceled), or the pipeline is closed (ErrShutdown). A
 // batch that failed (unreadable file, corrupt chunk, rejected sample) is
-// returned as its error; the pipeline stays usable for the batches after
-// it unless the error is ErrCUDA.
+// returned as its error, naming the sample (see the package doc); the
+// pipeline stays usable for the batches after it unless the error is
+// ErrCUDA. Under Config.OnError's OnErrorSkip a batch whose samples
+// failed comes out without them (Batch.Skipped), reading them again
+// first.
 func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	p.popMu.Lock()
 	defer p.popMu.Unlock()
@@ -275,13 +303,19 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	}
 	rs := p.popped1
 	p.popped1 = nil
-	r := rs[0]
-	for i, ri := range rs[1:] {
-		if ri.err != nil && r.err == nil {
-			r = &result{req: r.req, err: sourceError(p.lanes[i+1].src.Name, ri.err)}
+	req := rs[0].req
+	taken := int64(req.taken())
+	skipped := slices.Clone(req.skipped)
+	err := p.batchError(rs)
+	if err != nil && p.salvageable(rs, err) {
+		var more []*Error
+		if more, err = p.salvage(rs); err == nil {
+			skipped = append(skipped, more...)
+			req = rs[0].req
 		}
 	}
-	if r.err != nil {
+	sortSkipped(skipped)
+	if err != nil {
 		for _, ri := range rs {
 			if ri.slot != nil {
 				ri.slot.unref()
@@ -290,7 +324,7 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	}
 	wait := time.Since(start)
 	if p.cfg.Trace != nil {
-		p.cfg.Trace(Span{Stage: "pop", Lane: "consumer", Batch: r.req.id, Wave: -1, Start: start, End: start.Add(wait)})
+		p.cfg.Trace(Span{Stage: "pop", Lane: "consumer", Batch: req.id, Wave: -1, Start: start, End: start.Add(wait)})
 	}
 	p.stats.mu.Lock()
 	if stage == stageIO {
@@ -298,30 +332,33 @@ func (p *Pipeline) Pop(ctx context.Context) (*Batch, error) {
 	} else {
 		p.stats.PopWaitCompute.add(wait, 0, 0)
 	}
-	if !r.req.flushAt.IsZero() {
-		p.stats.FlushWait.add(time.Since(r.req.flushAt), 0, 0)
+	if !req.flushAt.IsZero() {
+		p.stats.FlushWait.add(time.Since(req.flushAt), 0, 0)
 	}
-	n := int64(len(r.req.samples))
-	if r.err == nil {
+	if err == nil {
 		p.stats.BatchesEmitted++
-		p.stats.SamplesEmitted += n
+		p.stats.SamplesEmitted += int64(len(req.samples))
+		p.stats.SamplesSkipped += int64(len(skipped))
 		for _, ri := range rs {
-			p.stats.OutputBytes += ri.slot.bytes(len(r.req.samples))
+			p.stats.OutputBytes += ri.slot.bytes(len(req.samples))
 		}
-		if len(r.req.samples) < p.cfg.BatchSize {
+		if len(req.samples) < p.cfg.BatchSize {
 			p.stats.BatchesTruncated++
 		}
 	}
 	p.stats.mu.Unlock()
-	p.inFlight.Add(-n)
+	p.inFlight.Add(-taken)
 	select {
 	case p.popped <- struct{}{}:
 	default:
 	}
-	if r.err != nil {
-		return nil, r.err
+	if err != nil {
+		return nil, err
 	}
-	return newBatch(p, rs), nil
+	p.logSkipped(skipped)
+	b := newBatch(p, rs)
+	b.skipped = skipped
+	return b, nil
 }
 
 // Batches pops n batches (n < 0: until ctx is done or the pipeline closes),
@@ -415,154 +452,4 @@ func (p *Pipeline) notifyLocked() {
 	case p.wake <- struct{}{}:
 	default:
 	}
-}
-
-// feed moves queued samples, then PushSeq sequences, into the lookahead,
-// blocking on the lookahead's capacity (the intake's backpressure). It
-// alone pulls and stops the sequences. Close does not wait for it: a
-// sequence blocked in its own code must not block Close; the feeder stops
-// the sequences and exits once that code returns.
-func (p *Pipeline) feed() {
-	defer p.stopSeqs()
-	for {
-		it, ok := p.nextItem()
-		if !ok {
-			select {
-			case <-p.wake:
-				continue
-			case <-p.ctx.Done():
-				return
-			}
-		}
-		select {
-		case p.lookahead <- it:
-		case <-p.ctx.Done():
-			return
-		}
-	}
-}
-
-// pulled is a PushSeq sequence being pulled.
-type pulled struct {
-	next func() (Sample, bool)
-	stop func()
-}
-
-// nextItem takes the next intake entry: the head of the queue, or, when the
-// head is a PushSeq marker, the next sample of that sequence. The
-// sequence runs outside the lock, so Push, Pending and Close never wait for
-// the caller's code; Push calls made meanwhile queue behind the marker.
-func (p *Pipeline) nextItem() (item, bool) {
-	p.mu.Lock()
-	for len(p.queue) > 0 && !p.closed {
-		head := p.queue[0]
-		if head.flush || head.s.URI != "" {
-			p.queue = p.queue[1:]
-			p.mu.Unlock()
-			return head, true
-		}
-		seq := p.seqs[0]
-		p.mu.Unlock()
-		s, ok := seq.next()
-		p.mu.Lock()
-		if p.closed {
-			break
-		}
-		if ok {
-			if err := p.checkLocked(s); err != nil {
-				err.Op = "push (sequence)"
-				p.dropSeqLocked()
-				p.inFlight.Add(1)
-				p.mu.Unlock()
-				seq.stop()
-				return item{err: err}, true
-			}
-			p.inFlight.Add(1)
-			p.mu.Unlock()
-			return item{s: cloneSample(s)}, true
-		}
-		p.dropSeqLocked()
-		p.mu.Unlock()
-		seq.stop()
-		p.mu.Lock()
-	}
-	p.mu.Unlock()
-	return item{}, false
-}
-
-// dropSeqLocked removes the head sequence and its queue marker.
-func (p *Pipeline) dropSeqLocked() {
-	p.seqs, p.queue = p.seqs[1:], p.queue[1:]
-}
-
-// stopSeqs stops every sequence left, as the feeder exits.
-func (p *Pipeline) stopSeqs() {
-	p.mu.Lock()
-	seqs := p.seqs
-	p.seqs = nil
-	p.mu.Unlock()
-	for _, s := range seqs {
-		s.stop()
-	}
-}
-
-// batch cuts the lookahead into batch requests, one per source.
-func (p *Pipeline) batch() {
-	defer p.wg.Done()
-	defer func() {
-		for _, l := range p.lanes {
-			close(l.reqs)
-		}
-	}()
-	var id int64
-	var seq uint64 // samples taken in, for Sample.Seed's default
-	var cur *batchReq
-	emit := func() bool {
-		for i, req := range p.split(cur) {
-			select {
-			case p.lanes[i].reqs <- req:
-			case <-p.ctx.Done():
-				return false
-			}
-		}
-		id++
-		cur = nil
-		return true
-	}
-	for {
-		var it item
-		select {
-		case it = <-p.lookahead:
-		case <-p.ctx.Done():
-			return
-		}
-		if it.flush {
-			if cur != nil {
-				cur.flushAt = it.at
-				if !emit() {
-					return
-				}
-			}
-			continue
-		}
-		if cur == nil {
-			cur = &batchReq{id: id, samples: make([]Sample, 0, p.cfg.BatchSize)}
-		}
-		if it.err != nil && cur.err == nil {
-			cur.err = it.err
-		}
-		seq++
-		if it.s.Seed == 0 {
-			it.s.Seed = seq
-		}
-		cur.samples = append(cur.samples, it.s)
-		if len(cur.samples) == p.cfg.BatchSize && !emit() {
-			return
-		}
-	}
-}
-
-func cloneSample(s Sample) Sample {
-	s.Box = append([]Range(nil), s.Box...)
-	return s
 }

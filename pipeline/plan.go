@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // job is one stored chunk a batch needs, read and decoded once however
@@ -95,6 +97,7 @@ type batchState struct {
 	plan *batchPlan
 	slot *slot
 	t0   time.Time
+	skip bool // Config.OnError is OnErrorSkip: a sample's error keeps the slot (keepsSlot)
 
 	mu  sync.Mutex
 	err error
@@ -110,15 +113,17 @@ func (bs *batchState) fail(err error) {
 }
 
 // emit hands the finished batch to Pop: its slot, or its error (the slot
-// going back). It reports false when ctx ended first. It is the engines'
-// one exit for results: an error that is not an *Error can only be the
-// engine's context ending a stage (Close), and leaves as ErrShutdown.
+// going back, unless keepsSlot: then both). It reports false when ctx
+// ended first. It is the engines' one exit for results: an error that is
+// not an *Error can only be the engine's context ending a stage (Close),
+// and leaves as ErrShutdown; an error about a chunk names the first
+// sample that reads it.
 func (bs *batchState) emit(ctx context.Context, out chan<- *result) bool {
-	r := &result{req: bs.req, slot: bs.slot, err: bs.failed()}
+	r := &result{req: bs.req, slot: bs.slot, err: bs.attribute(bs.failed())}
 	if _, ok := r.err.(*Error); r.err != nil && !ok {
 		r.err = newError("pop", ErrShutdown, "", r.err)
 	}
-	if r.err != nil && r.slot != nil {
+	if r.err != nil && r.slot != nil && !bs.keepsSlot(r.err) {
 		r.slot.unref()
 		r.slot = nil
 	}
@@ -167,10 +172,10 @@ func planBatch(m *metaCache, req *batchReq, maxChunk int64, loc func(*source) za
 	for n, s := range req.samples {
 		src, err := m.open(s.URI, s.Level)
 		if err != nil {
-			return nil, sampleError(n, s, err)
+			return nil, sampleError(req, n, err)
 		}
 		if src.arr.Rank() != len(s.Box) {
-			return nil, sampleError(n, s, errorf("plan", ErrRank, s.URI, "box rank %d, array rank %d", len(s.Box), src.arr.Rank()))
+			return nil, sampleError(req, n, errorf("plan", ErrRank, s.URI, "box rank %d, array rank %d", len(s.Box), src.arr.Rank()))
 		}
 		box := make([]zarr.Range, len(s.Box))
 		for i, r := range s.Box {
@@ -178,14 +183,14 @@ func planBatch(m *metaCache, req *batchReq, maxChunk int64, loc func(*source) za
 		}
 		zp, err := src.arr.Plan(box, loc(src))
 		if err != nil {
-			return nil, sampleError(n, s, planError(s.URI, err))
+			return nil, sampleError(req, n, planError(src, err))
 		}
 		bp.fills[n] = src.fill
 		for _, zj := range zb.Jobs[zb.Add(n, src, zp):] {
 			c := zj.Chunk
 			l := c.Codec.Layout()
 			if int64(l.Bytes()) > maxChunk {
-				return nil, sampleError(n, s, errorf("plan", ErrBudget, s.URI,
+				return nil, sampleError(req, n, errorf("plan", ErrBudget, s.URI,
 					"chunk %s@%d decodes to %d bytes, above Config.MaxChunkBytes = %d", c.Key, c.Offset, l.Bytes(), maxChunk))
 			}
 			j := &job{src: src, chunk: c, layout: l, psrc: plan.Source(src.dtype, l)}
@@ -197,25 +202,49 @@ func planBatch(m *metaCache, req *batchReq, maxChunk int64, loc func(*source) za
 	return bp, nil
 }
 
-func sampleError(n int, s Sample, err error) error {
+// sampleError is err about sample n of req: a copy of its *Error (or an
+// ErrInvalid one) with the sample's position, named in Op too.
+func sampleError(req *batchReq, n int, err error) *Error {
+	s, pos := req.samples[n], req.position(n)
 	var e *Error
 	if errors.As(err, &e) {
-		e.Op = fmt.Sprintf("%s (sample %d: %s)", e.Op, n, s)
-		return e
+		c := *e
+		e = &c
+	} else {
+		e = newError("plan", ErrInvalid, s.URI, err)
 	}
-	return newError(fmt.Sprintf("plan (sample %d: %s)", n, s), ErrInvalid, s.URI, err)
+	e.Op = fmt.Sprintf("%s (sample %d: %s)", e.Op, pos, s)
+	e.Position = pos
+	return e
 }
 
 // planError maps a planning failure (reading a shard index or an object
-// size) onto the pipeline's kinds.
-func planError(uri string, err error) error {
+// size) onto the pipeline's kinds, naming the object at fault (Chunk)
+// when the cause does.
+func planError(src *source, err error) error {
+	uri := src.uri
+	var e *Error
 	switch {
 	case errors.Is(err, zarr.ErrChecksum), errors.Is(err, zarr.ErrCorrupt), errors.Is(err, zarr.ErrFormat):
-		return newError("plan", ErrDecode, uri, err)
+		e = newError("plan", ErrDecode, uri, err)
 	case errors.Is(err, zarr.ErrTooLarge):
-		return newError("plan", ErrBudget, uri, err)
+		e = newError("plan", ErrBudget, uri, err)
+	default:
+		e = newError("plan", ErrStorage, uri, err)
 	}
-	return newError("plan", ErrStorage, uri, err)
+	var fe *zarr.FormatError
+	var re *remote.Error
+	bare, _, _ := strings.Cut(uri, "?")
+	switch {
+	case errors.As(err, &fe):
+		e.inChunk(src.rel(fe.Key), 0, 0)
+	case errors.As(err, &re):
+		obj, _, _ := strings.Cut(re.URI, "?")
+		if key, ok := strings.CutPrefix(obj, strings.TrimSuffix(bare, "/")+"/"); ok {
+			e.inChunk(key, 0, 0)
+		}
+	}
+	return e
 }
 
 // cutWaves orders the jobs by file and offset, packs them into waves under

@@ -87,7 +87,7 @@ func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wa
 // planRequest plans one request into its waves; the first may share carry's
 // slab (carry nil: it starts its own).
 func (s *stages) planRequest(req *batchReq, route func(*job), carry *wave) []*wave {
-	bs := &batchState{req: req, t0: time.Now()}
+	bs := &batchState{req: req, t0: time.Now(), skip: s.cfg.OnError == OnErrorSkip}
 	var versions *batchVersions
 	if s.chunks != nil {
 		versions = newBatchVersions(s.fds.files, s.maps)

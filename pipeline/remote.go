@@ -155,11 +155,12 @@ issue:
 // for local files; anything else, a 403 or a 404 included, is ErrStorage,
 // naming the sample's URI (and the error the object's).
 func remoteReadError(q *remoteReq, err error) error {
+	at, key := q.ranges[0].Off, q.src.rel(q.key)
 	var re *remote.Error
 	if !errors.As(err, &re) && errors.Is(err, io.ErrUnexpectedEOF) {
-		return errorf("read", ErrDecode, q.src.uri, "%s: truncated: %w", q.key, err)
+		return errorf("read", ErrDecode, q.src.uri, "%s: truncated: %w", q.key, err).inChunk(key, at, q.bytes)
 	}
-	return newError("read", ErrStorage, q.src.uri, fmt.Errorf("%s: %w", q.key, err))
+	return newError("read", ErrStorage, q.src.uri, fmt.Errorf("%s: %w", q.key, err)).inChunk(key, at, q.bytes)
 }
 
 // remoteCounters folds the opener's request counters into Stats: it keeps

@@ -76,11 +76,11 @@ func TestRemoteErrors(t *testing.T) {
 	}
 	cases := []remoteFailure{
 		{name: "refused", uri: "http://" + addr + "/x.zarr" + presigned, kind: ErrStorage,
-			want: "pipeline: open (sample 0: http://" + addr + "/x.zarr" + masked + box + "): storage error: GET zarr.json: " + addr + " refused the connection (after 3 attempts)"},
+			want: "pipeline: open (sample 1: http://" + addr + "/x.zarr" + masked + box + "): storage error: GET zarr.json: " + addr + " refused the connection (after 3 attempts)"},
 		{name: "s3 refused", uri: "s3://bucket/x.zarr", cfg: s3At("http://" + addr), kind: ErrStorage,
-			want: "pipeline: open (sample 0: s3://bucket/x.zarr" + box + "): storage error: GET zarr.json: the S3 endpoint " + addr + " (from Options.S3.Endpoint) refused the connection (after 3 attempts)"},
+			want: "pipeline: open (sample 1: s3://bucket/x.zarr" + box + "): storage error: GET zarr.json: the S3 endpoint " + addr + " (from Options.S3.Endpoint) refused the connection (after 3 attempts)"},
 		{name: "unknown host", uri: "https://damacy-test.invalid/x.zarr" + presigned, kind: ErrStorage,
-			want: "pipeline: open (sample 0: https://damacy-test.invalid/x.zarr" + masked + box + "): storage error: GET zarr.json: cannot resolve host damacy-test.invalid: no such host"},
+			want: "pipeline: open (sample 1: https://damacy-test.invalid/x.zarr" + masked + box + "): storage error: GET zarr.json: cannot resolve host damacy-test.invalid: no such host"},
 	}
 	if _, skip, err := remotetest.MinIOBinary(); err == nil && skip == "" && !testing.Short() {
 		m := remotetest.StartMinIO(t)
@@ -89,9 +89,9 @@ func TestRemoteErrors(t *testing.T) {
 		minio := func(c *Config) { c.Remote.S3 = m.Options().S3 }
 		cases = append(cases,
 			remoteFailure{name: "no such bucket", uri: "s3://nobucket/x.zarr", cfg: minio, kind: ErrNotFound,
-				want: `pipeline: open (sample 0: s3://nobucket/x.zarr[0:9,0:11,0:7]): not found: GET zarr.json: 404 Not Found (NoSuchBucket): the bucket "nobucket" does not exist at the S3 endpoint ` + host + ` (from Options.S3.Endpoint)`},
+				want: `pipeline: open (sample 1: s3://nobucket/x.zarr[0:9,0:11,0:7]): not found: GET zarr.json: 404 Not Found (NoSuchBucket): the bucket "nobucket" does not exist at the S3 endpoint ` + host + ` (from Options.S3.Endpoint)`},
 			remoteFailure{name: "no such node", uri: "s3://data/x.zarr", cfg: minio, kind: ErrNotFound,
-				want: "pipeline: open (sample 0: s3://data/x.zarr" + box + "): not found: no zarr.json, .zarray or .zgroup"})
+				want: "pipeline: open (sample 1: s3://data/x.zarr" + box + "): not found: no zarr.json, .zarray or .zgroup"})
 	} else {
 		t.Log("MinIO cases not run: no MinIO binary (make minio)")
 	}

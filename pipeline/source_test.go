@@ -406,7 +406,7 @@ func TestSourcesCheck(t *testing.T) {
 // added to Stats must be merged, or listed here as the front's own).
 func TestStatsAddEngine(t *testing.T) {
 	front := map[string]bool{"Engine": true, "Decoder": true, "PopWaitIO": true, "PopWaitCompute": true, "FlushWait": true,
-		"BatchesEmitted": true, "BatchesTruncated": true, "SamplesEmitted": true, "OutputBytes": true,
+		"BatchesEmitted": true, "BatchesTruncated": true, "SamplesEmitted": true, "SamplesSkipped": true, "OutputBytes": true,
 		"SlotsInUse": true, "SamplesInFlight": true}
 	var o Stats
 	ov := reflect.ValueOf(&o).Elem()

@@ -55,6 +55,7 @@ type Stats struct {
 	ChunkCacheBytes     int64 // gauge: bytes the chunk cache holds (at most Config.ChunkCacheBytes)
 
 	SamplesEmitted  int64 // samples delivered in batches
+	SamplesSkipped  int64 // samples left out of their batches (Config.OnError: OnErrorSkip; Batch.Skipped)
 	ChunksDecoded   int64 // distinct chunks decoded
 	ChunksGPU       int64 // of which decoded by nvCOMP
 	ChunksRedecoded int64 // chunks the CPU decoded again after nvCOMP failed on them (a failed status, or an LZ4 block the GPU check refused) or on a zstd chunk of their wave

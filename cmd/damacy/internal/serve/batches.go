@@ -10,6 +10,7 @@ import (
 
 	"github.com/damacy-go/damacy/cuda"
 	"github.com/damacy-go/damacy/pipeline"
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // pop queues a pop for the popper, or answers AGAIN at once when no batch
@@ -114,6 +115,11 @@ func (s *server) describe(b *pipeline.Batch) (batchMsg, []int, error) {
 		m.Tensors = append(m.Tensors, tm)
 	}
 	m.tensorMsg = m.Tensors[0]
+	for _, e := range b.Skipped() {
+		se := sampleErrorOf(e)
+		se.Status, se.Message = statusOf(e), remote.Redact(e.Error())
+		m.Skipped = append(m.Skipped, se)
+	}
 	if s.cuda {
 		slot := m.Slot
 		done, err := s.doneEvent(slot)

@@ -59,7 +59,7 @@ func (s *server) hello(id int64, req *request) {
 	} else {
 		dev = nil
 	}
-	s.slots, s.batchSize = cfg.BatchSlots, cfg.BatchSize
+	s.slots, s.batchSize, s.check = cfg.BatchSlots, cfg.BatchSize, cfg.OnError == pipeline.OnErrorRaise
 	if s.slots == 0 {
 		s.slots = pipeline.DefaultBatchSlots
 	}
@@ -123,7 +123,7 @@ func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 	}
 	var unknown []string
 	for k := range raw {
-		if ints[k] == nil && int64s[k] == nil && k != "dtype" && k != "sample_shape" && k != "mapped_file_bytes" && k != "sources" && k != "augment" {
+		if ints[k] == nil && int64s[k] == nil && k != "dtype" && k != "sample_shape" && k != "mapped_file_bytes" && k != "sources" && k != "augment" && k != "on_error" {
 			unknown = append(unknown, k)
 		}
 	}
@@ -157,6 +157,16 @@ func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 				return cfg, err
 			}
 			cfg.Dtype = dt
+		case k == "on_error":
+			var name string
+			if json.Unmarshal(v, &name) != nil {
+				return cfg, bad(k, v, `"raise" or "skip"`)
+			}
+			policy, err := pipeline.ParseErrorPolicy(name)
+			if err != nil {
+				return cfg, bad(k, v, `"raise" or "skip"`)
+			}
+			cfg.OnError = policy
 		case k == "mapped_file_bytes":
 			if json.Unmarshal(v, &cfg.MappedFileBytes) != nil || cfg.MappedFileBytes < -1 {
 				return cfg, bad(k, v, "an integer >= -1 (0: the default, -1: none)")
@@ -270,8 +280,12 @@ func deviceOf(d *deviceSpec) (string, map[string]any, error) {
 
 // push checks and queues the samples in order; the first bad one fails
 // the request with its index, those before it stay queued. Each sample
-// queued counts towards the batches pops can take.
+// queued counts towards the batches pops can take. Arrays are opened
+// (Pipeline.Check) under config.on_error "raise" unless the request says
+// "check": false; otherwise a sample that cannot be read fails its batch
+// (raise) or is left out of it (skip), at pop.
 func (s *server) push(id int64, req *request) {
+	check := s.check && (req.Check == nil || *req.Check)
 	for i, sp := range req.Samples {
 		smp := pipeline.Sample{URI: sp.URI, Level: sp.Level, Seed: sp.Seed, Box: make([]pipeline.Range, len(sp.Box))}
 		var err error
@@ -282,7 +296,7 @@ func (s *server) push(id int64, req *request) {
 			}
 			smp.Box[k] = pipeline.Range{Start: r[0], Stop: r[1]}
 		}
-		if err == nil {
+		if err == nil && check {
 			err = s.p.Check(smp)
 		}
 		if err == nil {

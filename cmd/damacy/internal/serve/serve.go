@@ -73,6 +73,7 @@ type server struct {
 	ordinal   int                // the CUDA engine's device
 	slots     int                // Config.BatchSlots in effect
 	batchSize int                // Config.BatchSize in effect
+	check     bool               // push opens the arrays (config.on_error "raise")
 
 	pops      chan int64 // ids of pop requests, for the popper
 	popCancel context.CancelFunc
@@ -351,7 +352,9 @@ func (s *server) reply(id int64, fields map[string]any, fds []int) {
 
 // fail sends an error response for op what; index names a push's sample.
 func (s *server) fail(id int64, what string, err error, index *int) {
-	e := errorMsg{Status: statusOf(err), What: what, Message: remote.Redact(err.Error()), Index: index}
+	se := sampleErrorOf(err)
+	e := errorMsg{Status: statusOf(err), What: what, Message: remote.Redact(err.Error()), Index: index,
+		Position: se.Position, URI: se.URI, Source: se.Source, Chunk: se.Chunk}
 	s.out.write(map[string]any{"id": id, "ok": false, "error": e}, nil)
 }
 

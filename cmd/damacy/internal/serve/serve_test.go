@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/damacy-go/damacy/pipeline"
 )
 
 // hostConfig is a small host-engine config in the seed's names.
@@ -242,5 +244,24 @@ func TestConfigOfRemote(t *testing.T) {
 	}
 	if _, err := configOf(map[string]json.RawMessage{"io_concurrency": json.RawMessage("-1")}); err == nil || !strings.Contains(err.Error(), "io_concurrency") {
 		t.Errorf("io_concurrency -1: %v", err)
+	}
+}
+
+// TestConfigOfOnError checks hello's on_error: "raise" (or absent) and
+// "skip"; anything else is INVAL naming the key.
+func TestConfigOfOnError(t *testing.T) {
+	tests := []struct {
+		in   string
+		want pipeline.ErrorPolicy
+		ok   bool
+	}{{`"raise"`, pipeline.OnErrorRaise, true}, {`"skip"`, pipeline.OnErrorSkip, true}, {`"ignore"`, 0, false}, {`1`, 0, false}}
+	for _, tt := range tests {
+		cfg, err := configOf(map[string]json.RawMessage{"on_error": json.RawMessage(tt.in)})
+		if tt.ok && (err != nil || cfg.OnError != tt.want) {
+			t.Errorf("configOf(on_error %s) = %v, %v; want %v", tt.in, cfg.OnError, err, tt.want)
+		}
+		if !tt.ok && (err == nil || statusOf(err) != statusInval || !strings.Contains(err.Error(), "on_error")) {
+			t.Errorf("configOf(on_error %s): %v, want INVAL naming on_error", tt.in, err)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/damacy-go/damacy/pipeline"
+	"github.com/damacy-go/damacy/zarr/remote"
 )
 
 // The serve protocol's wire format (cmd/damacy/python/PROTOCOL.md): frames
@@ -148,19 +149,21 @@ func (w *frameWriter) failed() error {
 // request is any client message but its "id"; each op reads the members
 // it needs.
 type request struct {
-	Op          string                     `json:"op"`
-	Version     *int                       `json:"version"`
-	Config      map[string]json.RawMessage `json:"config"`
-	Device      *deviceSpec                `json:"device"`
-	Samples     []sampleSpec               `json:"samples"`
-	Batch       *int64                     `json:"batch"`
-	Done        bool                       `json:"done"`
-	EventHandle string                     `json:"event_handle"` // version 1's release: logged, ignored
-	Level       *int                       `json:"level"`
-	Sampler     *int64                     `json:"sampler"` // sampler_draw, sampler_close (sampler.go)
-	Epoch       *int64                     `json:"epoch"`
-	Start       *int64                     `json:"start"`
-	N           *int                       `json:"n"`
+	Op      string                     `json:"op"`
+	Version *int                       `json:"version"`
+	Config  map[string]json.RawMessage `json:"config"`
+	Device  *deviceSpec                `json:"device"`
+	Samples []sampleSpec               `json:"samples"`
+	Check   *bool                      `json:"check"` // push: false queues without opening arrays
+
+	Batch       *int64 `json:"batch"`
+	Done        bool   `json:"done"`
+	EventHandle string `json:"event_handle"` // version 1's release: logged, ignored
+	Level       *int   `json:"level"`
+	Sampler     *int64 `json:"sampler"` // sampler_draw, sampler_close (sampler.go)
+	Epoch       *int64 `json:"epoch"`
+	Start       *int64 `json:"start"`
+	N           *int   `json:"n"`
 }
 
 // deviceSpec is hello's "device": {"kind": "cuda", "uuid": ...} or {"kind": "cpu"}.
@@ -185,6 +188,34 @@ type batchMsg struct {
 	// Tensors describes every tensor of the batch, one per source, the
 	// first as the fields above do.
 	Tensors []tensorMsg `json:"tensors"`
+	// Skipped are the samples config.on_error "skip" left out of the
+	// batch, in push order; absent when none was.
+	Skipped []sampleErrorMsg `json:"skipped,omitempty"`
+}
+
+// sampleErrorMsg is what an error about a sample says of it, besides its
+// status and message: its position in push order over the connection
+// (counted from 1; absent for a sample a push refused, whose index the
+// error gives), its array's URI, its source (with several) and the store
+// key of the chunk or shard at fault (relative to the URI).
+type sampleErrorMsg struct {
+	Status   string `json:"status,omitempty"`
+	Message  string `json:"message,omitempty"`
+	Position int64  `json:"position,omitempty"`
+	URI      string `json:"uri,omitempty"`
+	Source   string `json:"source,omitempty"`
+	Chunk    string `json:"chunk,omitempty"`
+}
+
+// sampleErrorOf describes what err is about: the sample (when it is about
+// one), the array, the source, the chunk; nothing for an error not from
+// the pipeline.
+func sampleErrorOf(err error) sampleErrorMsg {
+	var pe *pipeline.Error
+	if !errors.As(err, &pe) {
+		return sampleErrorMsg{}
+	}
+	return sampleErrorMsg{Position: pe.Position, URI: remote.Redact(pe.URI), Source: pe.Source, Chunk: pe.Chunk}
 }
 
 // tensorMsg is one source's tensor of a batch: its slot (numbered per
@@ -226,12 +257,17 @@ type closingMsg struct {
 	Reason string `json:"reason"`
 }
 
-// errorMsg is a response's "error".
+// errorMsg is a response's "error": with a failed batch's error about
+// one sample, that sample's position, URI, source and chunk too.
 type errorMsg struct {
-	Status  string `json:"status"`
-	What    string `json:"what"`
-	Message string `json:"message"`
-	Index   *int   `json:"index,omitempty"`
+	Status   string `json:"status"`
+	What     string `json:"what"`
+	Message  string `json:"message"`
+	Index    *int   `json:"index,omitempty"`
+	Position int64  `json:"position,omitempty"`
+	URI      string `json:"uri,omitempty"`
+	Source   string `json:"source,omitempty"`
+	Chunk    string `json:"chunk,omitempty"`
 }
 
 // Status names of the protocol's error table.
@@ -345,6 +381,7 @@ type statsMsg struct {
 	Decoder         string    `json:"decoder"`
 	Check           metricMsg `json:"check"`
 	SamplesEmitted  int64     `json:"samples_emitted"`
+	SamplesSkipped  int64     `json:"samples_skipped"`
 	ChunksDecoded   int64     `json:"chunks_decoded"`
 	ChunksGPU       int64     `json:"chunks_gpu"`
 	ChunksRedecoded int64     `json:"chunks_redecoded"`
@@ -378,7 +415,8 @@ func statsOf(s pipeline.Stats) statsMsg {
 		WavesEmitted: s.WavesEmitted, WavesShared: s.WavesShared, GPUBytesCommitted: s.GPUBytesCommitted,
 
 		Engine: s.Engine, Decoder: s.Decoder, Check: metricOf(s.Check), SamplesEmitted: s.SamplesEmitted,
-		ChunksDecoded: s.ChunksDecoded, ChunksGPU: s.ChunksGPU, ChunksRedecoded: s.ChunksRedecoded,
+		SamplesSkipped: s.SamplesSkipped,
+		ChunksDecoded:  s.ChunksDecoded, ChunksGPU: s.ChunksGPU, ChunksRedecoded: s.ChunksRedecoded,
 		ChunksFill: s.ChunksFill, ChunksDeduped: s.ChunksDeduped, ReadOps: s.ReadOps, BytesRead: s.BytesRead,
 		BytesMapped: s.BytesMapped, MappedFileBytes: s.MappedFileBytes,
 		BoxBytes: s.BoxBytes, OutputBytes: s.OutputBytes, SlotsInUse: s.SlotsInUse, SamplesInFlight: s.SamplesInFlight,

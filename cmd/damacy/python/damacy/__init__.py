@@ -33,7 +33,7 @@ Quick start::
 """
 
 from ._augment import Augment, Transform
-from ._batch import Batch, BatchInfo, Tensor
+from ._batch import Batch, BatchInfo, Skipped, Tensor
 from ._config import Config, Source
 from ._enums import Dtype, Status
 from ._errors import (
@@ -71,6 +71,7 @@ __all__ = [
     "Loader",
     "Batch",
     "BatchInfo",
+    "Skipped",
     "Source",
     "Tensor",
     "Augment",

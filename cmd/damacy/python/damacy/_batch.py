@@ -13,9 +13,9 @@ from . import _dlpack
 from ._augment import Transform
 from ._engine import CudaEngine, Engine, Lease
 from ._enums import Dtype
-from ._errors import InvalidArgument
+from ._errors import DamacyError, InvalidArgument
 
-__all__ = ["Batch", "BatchInfo", "Tensor"]
+__all__ = ["Batch", "BatchInfo", "Skipped", "Tensor"]
 
 # DLPack (code, bits) of each Dtype, and of bf16's raw bits for numpy.
 _DLPACK_DTYPES = {
@@ -60,6 +60,23 @@ class BatchInfo:
     ready_event: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A sample that ``Config(on_error="skip")`` left out of its batch
+    (extra): ``index`` its position in the iterable given to its push (a
+    draw's index in its epoch, from a :class:`Loader`; None if unknown),
+    ``uri`` its array's URI, ``source`` the source whose array failed (None
+    with one source), ``chunk`` the store key of the chunk or shard at fault
+    (None if none), and ``error`` the :class:`DamacyError` it would have
+    raised under ``"raise"``."""
+
+    index: Optional[int]
+    uri: Optional[str]
+    source: Optional[str]
+    chunk: Optional[str]
+    error: DamacyError
+
+
 class Batch:
     """A batch of samples on the device, ready for consumption.
 
@@ -84,6 +101,9 @@ class Batch:
     batch's tensors go back to the server together, once the Batch is
     released and every capsule of every tensor is deleted, after the work
     queued on every stream any of them was exported to.
+
+    With ``Config(on_error="skip")``, :attr:`skipped` lists the samples left
+    out of the batch (extra); the batch holds the others, in push order.
     """
 
     def __init__(
@@ -93,7 +113,9 @@ class Batch:
         names: Sequence[str],
         infos: Sequence[BatchInfo],
         transforms: Optional[Sequence[Optional[List[Transform]]]] = None,
+        skipped: Sequence[Skipped] = (),
     ) -> None:
+        self._skipped: Tuple[Skipped, ...] = tuple(skipped)
         self._engine = engine
         self._lease = lease
         self._names: Tuple[str, ...] = tuple(names)
@@ -128,6 +150,13 @@ class Batch:
         got it (``batch["label"].transforms`` for another source's); None
         without augmentation. Readable after the batch is released."""
         return self._transforms[0]
+
+    @property
+    def skipped(self) -> Tuple[Skipped, ...]:
+        """The samples ``Config(on_error="skip")`` left out of this batch
+        (extra), in push order: each a :class:`Skipped`; empty when none
+        was. Readable after the batch is released."""
+        return self._skipped
 
     # The tensors (extra).
 

@@ -272,6 +272,16 @@ class Config:
             default) for none. Its ``intensity_sources`` must name float
             sources (empty: the first source, which must then be float when
             there is an intensity transform).
+        on_error: What becomes of a sample that cannot be read (extra): its
+            array or a source's missing, a chunk that does not decode, a
+            truncated shard, a value that does not fit its output type, an
+            object store's read that failed after its retries. ``"raise"``
+            (the default): :meth:`Pipeline.push` raises for a sample whose
+            array or source is missing, :meth:`Pipeline.pop` for the rest,
+            failing the sample's batch. ``"skip"``: the sample is left out
+            of its batch, which comes out short (empty when nothing is
+            left), and reported in ``batch.skipped``; neither push nor pop
+            raises for it. See the README's "Errors".
     """
 
     batch_size: int
@@ -296,6 +306,7 @@ class Config:
     remote_span_bytes: int
     sources: Tuple[Source, ...]
     augment: Optional[Augment]
+    on_error: str
 
     def __init__(
         self,
@@ -322,6 +333,7 @@ class Config:
         remote_span_bytes: int = 0,
         sources: Iterable[Union[Source, Mapping[str, Any]]] = (),
         augment: Optional[Union[Augment, Mapping[str, Any]]] = None,
+        on_error: str = "raise",
     ) -> None:
         values = {
             "batch_size": _int("batch_size", batch_size, 1),
@@ -347,6 +359,9 @@ class Config:
             "remote_gap_bytes": _int("remote_gap_bytes", remote_gap_bytes, 0),
             "remote_span_bytes": _int("remote_span_bytes", remote_span_bytes, 0),
         }
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip' (got {on_error!r})")
+        values["on_error"] = on_error
         values["sources"] = _sources(sources, values["dtype"])
         values["augment"] = _augment(augment, values["sources"], values["dtype"])
         if values["max_bytes_per_element"] not in (0, 1, 2, 4, 8):

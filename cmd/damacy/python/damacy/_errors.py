@@ -27,8 +27,15 @@ class DamacyError(RuntimeError):
     """Base class for all damacy errors. ``.status`` is a :class:`Status`;
     ``.what`` names the failing stage (e.g. ``"create"``, ``"pop"``).
 
-    A push that rejects a sample also sets ``.index``: the sample's position
-    in the iterable given to that push (None otherwise).
+    An error about one sample (extra) names it: ``.index`` is the sample's
+    position in the iterable given to its push (a draw's index in its epoch,
+    from a :class:`Loader`), ``.uri`` its array's URI, ``.source`` the
+    source whose array failed (with several sources), ``.chunk`` the store
+    key of the chunk or shard at fault (relative to ``uri``), ``.position``
+    the sample's place among every sample the pipeline took (counted from
+    1), and, from a Loader, ``.epoch`` the draw's epoch; each None where it
+    does not apply. ``.samples`` is, for a batch that failed at pop, how
+    many pushed samples it took (they are gone).
     """
 
     #: The status an instance gets when none is given.
@@ -41,11 +48,21 @@ class DamacyError(RuntimeError):
         what: str = "",
         status: Optional[Status] = None,
         index: Optional[int] = None,
+        position: Optional[int] = None,
+        uri: Optional[str] = None,
+        source: Optional[str] = None,
+        chunk: Optional[str] = None,
     ) -> None:
         super().__init__(message)
         self.status: Status = Status(status) if status is not None else self.default_status
         self.what: str = what
         self.index: Optional[int] = index
+        self.position: Optional[int] = position
+        self.uri: Optional[str] = uri
+        self.source: Optional[str] = source
+        self.chunk: Optional[str] = chunk
+        self.epoch: Optional[int] = None
+        self.samples: Optional[int] = None
 
 
 class TryAgain(DamacyError):
@@ -135,17 +152,30 @@ _BY_STATUS: Dict[Status, Type[DamacyError]] = {
 
 
 def error_from_wire(error: Mapping[str, Any], what: str) -> DamacyError:
-    """The exception for a response's ``error`` object
-    (``{"status", "what", "message"[, "index"]}``); an unknown status name
-    gives a plain DamacyError with status INVAL."""
+    """The exception for a response's ``error`` object (``{"status",
+    "what", "message"[, "index", "position", "uri", "source", "chunk"]}``,
+    or an entry of a batch's ``skipped``); an unknown status name gives a
+    plain DamacyError with status INVAL."""
     name = str(error.get("status", ""))
     status = Status.__members__.get(name)
     message = str(error.get("message", "")) or f"{what} failed with status {name or '?'}"
-    index = error.get("index")
     cls = _BY_STATUS.get(status, DamacyError) if status is not None else DamacyError
+
+    def number(key: str) -> Optional[int]:
+        v = error.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    def text(key: str) -> Optional[str]:
+        v = error.get(key)
+        return v if isinstance(v, str) and v else None
+
     return cls(
         message,
         what=str(error.get("what") or what),
         status=status if status is not None and status is not Status.OK else None,
-        index=index if isinstance(index, int) else None,
+        index=number("index"),
+        position=number("position"),
+        uri=text("uri"),
+        source=text("source"),
+        chunk=text("chunk"),
     )

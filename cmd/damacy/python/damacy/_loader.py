@@ -6,12 +6,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 import importlib
-from typing import Any, Deque, Dict, Iterator, List, Optional, Union
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._batch import Batch
+from ._batch import Batch, Skipped
 from ._config import Config
+from ._errors import DamacyError, ShutdownError, TryAgain
 from ._pipeline import Pipeline
 from ._sample import Sample
 from ._sampler import Draw, Sampler
@@ -47,6 +48,7 @@ class _Feed:
         self.pos = start  # the next draw to push
         self.end = end  # None: infinite
         self.pending: Deque[Draw] = collections.deque()  # pushed, not yet in a batch
+        self.taken = 0  # draws taken by batches so far: pending[0]'s index in the feed
         self.stopped = False
 
     def __iter__(self) -> Iterator[Sample]:
@@ -61,6 +63,27 @@ class _Feed:
                 self.pos += 1
                 self.pending.append(d)
                 yield d.sample  # its seed the server's: the draw's (epoch, index)
+
+    def take(self, n: int, skipped: Sequence[Skipped] = ()) -> Tuple[List[Draw], List[Tuple[Draw, Skipped]]]:
+        """The next n draws (a batch's, or a failed batch's): those the batch
+        holds, and those it left out with their reports (``skipped``, whose
+        indexes count in the feed)."""
+        first = self.taken
+        draws = [self.pending.popleft() for _ in range(min(n, len(self.pending)))]
+        self.taken += len(draws)
+        out = {s.index - first: s for s in skipped if s.index is not None and 0 <= s.index - first < len(draws)}
+        kept = [d for i, d in enumerate(draws) if i not in out]
+        return kept, [(draws[i], s) for i, s in sorted(out.items())]
+
+
+def _named(feed: _Feed, draw: Draw, error: DamacyError) -> DamacyError:
+    """error as the Loader raises or reports it: naming the draw's epoch,
+    its index in the epoch and its array's URI (attributes and message)."""
+    if error.epoch is None:
+        error.epoch, error.index, error.uri = feed.epoch, draw.index, draw.sample.uri
+        message = error.args[0] if error.args else ""
+        error.args = (f"epoch {feed.epoch}, draw {draw.index} ({draw.sample.uri}): {message}",)
+    return error
 
 
 class Loader:
@@ -107,6 +130,22 @@ class Loader:
     stalls (TryAgain) once every slot is kept. Without torch, the
     :class:`Batch` must not be used after the next iteration.
 
+    Errors: with ``Config(on_error="raise")`` (the default), a draw that
+    cannot be read (its array or label missing, a chunk that does not
+    decode, a truncated shard, a label value out of its type's range, a
+    failed read) raises from the iteration when its batch comes, once:
+    the :class:`DamacyError` names the draw (``.epoch``, ``.index`` its
+    index in the epoch, ``.uri``, in the message too) and the source and
+    chunk at fault; the batches before it were delivered, and its batch's
+    draws are gone. Iterating again continues the epoch with the next
+    batch, and :meth:`state_dict` taken after the error resumes exactly
+    there. With ``on_error="skip"`` nothing raises for a draw: each dict
+    also holds ``"skipped"``, the draws left out since the dict before
+    (:class:`Skipped`, ``index`` the draw's index in the epoch), a batch
+    all of whose draws were left out is not yielded (its draws come with
+    the next dict), and :attr:`skipped` lists every draw left out in the
+    current epoch: every good draw comes exactly once.
+
     :meth:`state_dict` is the sampler's position after the batches
     delivered so far; a loader given it with :meth:`load_state_dict`
     continues with the batch that would have come next. :meth:`set_epoch`
@@ -152,6 +191,8 @@ class Loader:
         self._cuda = self.pipeline.server_info.get("engine") == "cuda"
         self._feed: Optional[_Feed] = None  # the last feed pushed, until drained
         self._active: Optional[_Feed] = None  # the feed being iterated
+        self._skipped: List[Skipped] = []  # the current epoch's draws left out (on_error="skip")
+        self._skipped_epoch: Optional[int] = None
         try:
             sampler._bind(self.pipeline._conn)
             sampler.info  # opens the arrays: a bad config fails here
@@ -183,25 +224,52 @@ class Loader:
         end = self._end()
         if end is not None and sampler.next >= end:
             sampler.next = 0  # a finished epoch starts over
+        if sampler.next == 0 or self._skipped_epoch != sampler.epoch:
+            self._skipped, self._skipped_epoch = [], sampler.epoch
         feed = _Feed(sampler, sampler.epoch, sampler.next, end)
         self._feed = self._active = feed
-        self.pipeline.push(feed)
+        # The draws' arrays are opened by their batches: whatever is wrong
+        # with a draw comes out of the pop of its batch (or its skipped).
+        self.pipeline._push(feed, check=False)
         if end is not None:
             self.pipeline.flush()
         return self._batches(feed)
 
+    @property
+    def skipped(self) -> List[Skipped]:
+        """With ``on_error="skip"``: every draw of the current epoch left out
+        so far (by this loader), in order, each a :class:`Skipped` whose
+        ``index`` is the draw's index in the epoch."""
+        return list(self._skipped)
+
     def _batches(self, feed: _Feed) -> Iterator[Dict[str, Any]]:
         held: Optional[Batch] = None
+        skipped: List[Skipped] = []  # left out since the last dict
         try:
             while self._active is feed and (feed.end is None or self.sampler.next < feed.end):
-                batch = self.pipeline.pop()
+                try:
+                    batch = self.pipeline.pop()
+                except DamacyError as e:
+                    if isinstance(e, (ShutdownError, TryAgain)) or not e.samples:
+                        raise
+                    first = feed.taken
+                    draws, _ = feed.take(e.samples)
+                    self.sampler.next += len(draws)
+                    if e.index is not None and 0 <= e.index - first < len(draws):
+                        _named(feed, draws[e.index - first], e)  # the draw at fault
+                    raise
                 if held is not None:
                     self._release(held)
                 held = batch
-                n = batch.info.shape[0]
-                draws = [feed.pending.popleft() for _ in range(n)]
-                self.sampler.next += n
-                yield self._as_dict(batch, draws)
+                draws, left = feed.take(batch.info.shape[0] + len(batch.skipped), batch.skipped)
+                self.sampler.next += len(draws) + len(left)
+                new = [Skipped(d.index, d.sample.uri, s.source, s.chunk, _named(feed, d, s.error)) for d, s in left]
+                skipped += new
+                self._skipped += new
+                if not draws:
+                    continue  # every draw left out: reported with the next dict
+                yield self._as_dict(batch, draws, skipped)
+                skipped = []
             if self._active is feed and not feed.pending:
                 self._feed = self._active = None  # finished: nothing left in the pipeline
         finally:
@@ -214,7 +282,7 @@ class Loader:
             stream = self._torch.cuda.current_stream()
         batch.release(stream)
 
-    def _as_dict(self, batch: Batch, draws: List[Draw]) -> Dict[str, Any]:
+    def _as_dict(self, batch: Batch, draws: List[Draw], skipped: List[Skipped]) -> Dict[str, Any]:
         torch = self._torch
         out: Dict[str, Any] = {}
         for name, t in _sources(batch).items():
@@ -227,6 +295,8 @@ class Loader:
             out[k] = np.asarray(v, dtype=np.int64) if torch is None else torch.tensor(v, dtype=torch.int64)
         if self.pipeline.config.augment is not None:
             out["transforms"] = batch.transforms
+        if self.pipeline.config.on_error == "skip":
+            out["skipped"] = skipped
         return out
 
     def _drain(self) -> None:
@@ -241,9 +311,15 @@ class Loader:
             return
         self.pipeline.flush()
         while feed.pending:
-            with self.pipeline.pop() as b:
-                for _ in range(b.info.shape[0]):
-                    feed.pending.popleft()
+            try:
+                b = self.pipeline.pop()
+            except DamacyError as e:  # a failed batch of draws never delivered
+                if isinstance(e, (ShutdownError, TryAgain)) or not e.samples:
+                    raise
+                feed.take(e.samples)
+                continue
+            with b:
+                feed.take(b.info.shape[0] + len(b.skipped))
 
     def set_epoch(self, epoch: int) -> None:
         """Select ``epoch`` (the same on every rank) from its start; an

@@ -9,11 +9,11 @@ import weakref
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import _cuda, _device, _log, _server
-from ._batch import Batch, BatchInfo
+from ._batch import Batch, BatchInfo, Skipped
 from ._config import Config
 from ._engine import CudaEngine, Engine, HostEngine
 from ._enums import Dtype
-from ._errors import DamacyError, InvalidArgument, ShutdownError, TryAgain
+from ._errors import DamacyError, InvalidArgument, ShutdownError, TryAgain, error_from_wire
 from ._protocol import VERSION, ProtocolError, batch_tensors, hello_config, sample_message, tensor_transforms
 from ._sample import Sample
 from ._stats import Stats
@@ -26,9 +26,13 @@ DEFAULT_SOURCE = "image"
 
 class _Source:
     """One pushed iterable: its iterator, how many items it has given, and
-    at most one item (or the exception) pulled ahead by ``pending``."""
+    at most one item (or the exception) pulled ahead by ``pending``.
+    ``check``: the server opens each sample's arrays as it takes it (push
+    raises for a missing one), else the sample's batch fails (or, under
+    on_error="skip", leaves it out) at pop."""
 
-    def __init__(self, iterator: Iterator[Any]) -> None:
+    def __init__(self, iterator: Iterator[Any], check: bool = True) -> None:
+        self.check = check
         self._it = iterator
         self.position = 0  # items taken so far
         self.exhausted = False
@@ -147,6 +151,11 @@ class Pipeline:
         self._done = 0  # samples in batches popped (or failed)
         self._flushed_at = 0  # _sent at the last flush sent to the server
         self._stale = False  # an interrupted pop failed: _done needs the server's count
+        # The samples sent and not yet popped, by iterable (under _counts):
+        # (first, index, n) says that the n samples sent from first on
+        # (counted from 0 over the connection) are the items of one
+        # iterable from index on; _locate reads it.
+        self._spans: Deque[Tuple[int, int, int]] = collections.deque()
 
         target = _device.choose(config.device)
         sock, process = _server.launch()
@@ -260,12 +269,26 @@ class Pipeline:
         from a later :meth:`pop`, :meth:`flush` or :attr:`pending`, which
         pull the rest of the iterable. An item that is not a
         :class:`Sample`, or an exception raised by the iterable, ends the
-        iterable the same way.
+        iterable the same way. The validator opens each sample's arrays
+        (a missing array or source, an unreadable type or rank) and checks
+        its box against the pipeline's sample shape; what it cannot see
+        (a chunk that does not decode, a truncated shard, a value out of
+        its output type's range, a failed read) fails the sample's batch
+        at :meth:`pop` instead. With ``Config(on_error="skip")`` the
+        arrays are not opened here: a sample that cannot be read is left
+        out of its batch (:attr:`Batch.skipped`), and only a malformed
+        sample (a box of the wrong rank or extent, an empty URI) raises.
         """
         self._check("push")
+        self._push(samples, check=True)
+
+    def _push(self, samples: Iterable[Sample], check: bool) -> None:
+        """push, with the server opening each sample's arrays as it takes
+        it (check), or leaving that to the sample's batch (the Loader's
+        draws: their errors come from the pop of their batch)."""
         if isinstance(samples, Sample):
             raise TypeError("push takes an iterable of Sample; wrap a single sample in a list")
-        source = _Source(iter(samples))
+        source = _Source(iter(samples), check)
         with self._intake:
             self._sources.append(source)
             self._top_up(self._window)
@@ -342,16 +365,45 @@ class Pipeline:
                 raise error
 
     def _send(self, source: _Source, items: List[Sample], first: int) -> None:
+        fields: Dict[str, Any] = {"samples": [sample_message(s) for s in items]}
+        if not source.check:
+            fields["check"] = False
         try:
-            reply = self._conn.request("push", samples=[sample_message(s) for s in items])
+            reply = self._conn.request("push", **fields)
         except DamacyError as e:
             if e.index is not None:
-                self._sent += e.index
+                self._sent_from(first, e.index)
                 if self._sources and self._sources[0] is source:
                     self._sources.popleft()
                 e.index += first
             raise
-        self._sent += int(reply.message.get("accepted", len(items)))
+        self._sent_from(first, int(reply.message.get("accepted", len(items))))
+
+    def _sent_from(self, first: int, n: int) -> None:
+        """Count n samples the server accepted, the items of one iterable
+        from first on. Called with _intake held."""
+        with self._counts:
+            if n > 0:
+                self._spans.append((self._sent, first, n))
+            self._sent += n
+
+    def _locate(self, position: Optional[int]) -> Optional[int]:
+        """The index in its iterable of the sample the server numbers
+        position (counted from 1), or None. Called with _counts held."""
+        if position is None:
+            return None
+        at = position - 1
+        for first, index, n in self._spans:
+            if first <= at < first + n:
+                return index + at - first
+        return None
+
+    def _popped(self, n: int) -> None:
+        """Count n more samples as taken by popped (or failed) batches, and
+        forget the spans wholly before them. Called with _counts held."""
+        self._done += n
+        while self._spans and self._spans[0][0] + self._spans[0][2] <= self._done:
+            self._spans.popleft()
 
     # Output.
 
@@ -367,8 +419,14 @@ class Pipeline:
         held by this process (batches not released, or tensors that still
         view them: release one first). A batch that failed (unreadable
         file, corrupt chunk) raises its error; the pipeline stays usable
-        unless it is NativeCudaError or ShutdownError. A pop interrupted
-        (Ctrl-C) before its batch arrives gives the batch back when it does.
+        unless it is NativeCudaError or ShutdownError. Such an error names
+        the sample (``.index`` in its iterable, ``.uri``, ``.source``,
+        ``.chunk``) and says how many pushed samples the batch took
+        (``.samples``); the next pop gives the next batch. With
+        ``Config(on_error="skip")`` a batch comes out without the samples
+        that cannot be read instead (:attr:`Batch.skipped`). A pop
+        interrupted (Ctrl-C) before its batch arrives gives the batch back
+        when it does.
         """
         self._check("pop")
         bs = self._config.batch_size
@@ -396,9 +454,14 @@ class Pipeline:
             batch: Batch = self._conn.request("pop", convert=self._accept, on_abandon=self._abandoned_pop)
         except (ShutdownError, TryAgain):
             raise
-        except DamacyError:
+        except DamacyError as e:
             with self._intake:
+                with self._counts:
+                    e.index = self._locate(e.position)
+                    done = self._done
                 self._resync()
+                with self._counts:
+                    e.samples = self._done - done
             raise
         return batch
 
@@ -437,11 +500,19 @@ class Pipeline:
             if len(set(names)) != len(names) or any(not shape or shape[0] != n for shape in shapes):
                 raise ProtocolError(f"tensors {names} of shapes {shapes} in a batch of {n} sample(s)")
             transforms = [tensor_transforms(t, n) for t in tensors]
+            wire_skipped = message.get("skipped") or []
+            if not isinstance(wire_skipped, list) or not all(isinstance(s, dict) for s in wire_skipped):
+                raise ProtocolError(f"a batch's skipped is {wire_skipped!r}")
         except (KeyError, TypeError, ValueError, ProtocolError) as e:
             _server.close_fds(reply.fds)
             raise ShutdownError(f"pop: the server broke the protocol: {e}", what="pop") from None
+        skipped = []
         with self._counts:
-            self._done += n
+            for s in wire_skipped:
+                error = error_from_wire(s, "pop")
+                error.index = self._locate(error.position)
+                skipped.append(Skipped(error.index, error.uri, error.source, error.chunk, error))
+            self._popped(n + len(skipped))
         try:
             lease, addresses = self._engine.lease(message, reply.fds)
         except BaseException as e:
@@ -453,7 +524,7 @@ class Pipeline:
             BatchInfo(address, shape, dtype, 0, batch_id, event)
             for address, shape, dtype, event in zip(addresses, shapes, dtypes, lease.ready_events)
         ]
-        return Batch(self._engine, lease, names, infos, transforms)
+        return Batch(self._engine, lease, names, infos, transforms, skipped)
 
     def _abandoned_pop(self, batch: Optional[Batch], error: Optional[BaseException]) -> None:
         """The result of a pop whose caller was interrupted: give the batch
@@ -474,9 +545,9 @@ class Pipeline:
         in_flight = stats.get("samples_in_flight")
         with self._counts:
             if isinstance(in_flight, int):
-                self._done = self._sent - in_flight
+                self._popped(self._sent - in_flight - self._done)
             else:
-                self._done += min(self._config.batch_size, self._sent - self._done)
+                self._popped(min(self._config.batch_size, self._sent - self._done))
 
     # Stats.
 

@@ -117,6 +117,8 @@ def hello_config(config: Config) -> Dict[str, Any]:
         out["sources"] = [source_message(s) for s in config.sources]
     if config.augment is not None:
         out["augment"] = config.augment.to_wire()
+    if config.on_error != "raise":  # absent: "raise"
+        out["on_error"] = config.on_error
     return out
 
 

@@ -97,6 +97,7 @@ class Stats:
     chunk_cache_bytes: int = 0  #: gauge: bytes the chunk cache holds
     remote_requests: int = 0  #: requests to object stores (s3://, gs://, http(s)://)
     remote_retries: int = 0  #: of which retries
+    samples_skipped: int = 0  #: samples left out of their batches (Config.on_error="skip"; Batch.skipped)
 
     @classmethod
     def from_wire(cls, value: Mapping[str, Any]) -> "Stats":

@@ -147,11 +147,12 @@ class GatedStore:
     """A directory served over HTTP on 127.0.0.1, answering HEADs and ranged
     GETs as an object store does. Reads of data (every key but the zarr
     metadata documents) wait until ``gate`` is set, so that a pop of a batch
-    that reads them blocks in the server for as long as a test wants."""
+    that reads them blocks in the server for as long as a test wants. GETs
+    of the keys in ``fail`` (paths below root) answer 500, every time."""
 
     METADATA = ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, fail: Tuple[str, ...] = ()) -> None:
         import http.server
         import threading
 
@@ -183,6 +184,9 @@ class GatedStore:
             def do_GET(self) -> None:
                 path = self._file()
                 if path is None:
+                    return
+                if os.path.relpath(path, root) in fail:
+                    self.send_error(500)
                     return
                 with open(path, "rb") as f:
                     data = f.read()

@@ -709,8 +709,10 @@ def test_draw_seeds(serve_binary, images, monkeypatch):
                 assert [d.sample.seed for d in draws] == [(epoch << 40 | d.index) + 1 for d in draws]
     with grid_loader(path) as loader:
         pushed: List[damacy.Sample] = []
-        push = loader.pipeline.push
-        monkeypatch.setattr(loader.pipeline, "push", lambda samples: push(pushed.append(s) or s for s in samples))
+        push = loader.pipeline._push
+        monkeypatch.setattr(
+            loader.pipeline, "_push", lambda samples, check: push((pushed.append(s) or s for s in samples), check)
+        )
         loader.set_epoch(3)
         indices = [int(i) for b in loader for i in b["index"]]
         assert pushed == [d.sample for d in loader.sampler.draws(3, 0, len(loader.sampler))]
