@@ -27,10 +27,10 @@ def _axis(name: str, value: Any) -> int:
 def _real(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number (got {type(value).__name__})")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite (got {value})")
-    return value
+    real = float(value)
+    if not math.isfinite(real):
+        raise ValueError(f"{name} must be finite (got {real})")
+    return real
 
 
 def _p(name: str, value: Any) -> float:
@@ -339,10 +339,10 @@ class Transform:
         y = np.transpose(x, self.perm)
         axes = [j for j, f in enumerate(self.flip) if f]
         if axes:
-            y = np.flip(y, axes)
+            y = np.flip(y, tuple(axes))
         if not self.intensity:
             return y
-        v = y.astype(np.float32)
+        v: np.ndarray = y.astype(np.float32)
         with np.errstate(all="ignore"):
             v = np.multiply(v, np.float32(self.scale), dtype=np.float32)
             v = np.add(v, np.float32(self.offset), dtype=np.float32)
@@ -361,7 +361,7 @@ class Transform:
         self._check_rank(y, "invert")
         axes = [j for j, f in enumerate(self.flip) if f]
         if axes:
-            y = np.flip(y, axes)
+            y = np.flip(y, tuple(axes))
         return np.transpose(y, np.argsort(self.perm))
 
     @classmethod

@@ -185,7 +185,7 @@ class Batch:
         return name in self._names
 
     # Not a sequence: iterate over names, items() or tensors instead.
-    __iter__ = None  # type: ignore[assignment]
+    __iter__ = None
 
     @property
     def tensors(self) -> Tuple["Tensor", ...]:

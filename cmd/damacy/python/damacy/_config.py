@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import os
-from typing import Any, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union, cast
 
 from ._augment import Augment
 from ._enums import Dtype
@@ -18,15 +18,15 @@ def _int(name: str, value: Any, low: int) -> int:
     """value as an int >= low, or a TypeError / ValueError naming the field."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int (got {type(value).__name__})")
-    value = int(value)
-    if value < low:
-        raise ValueError(f"{name} must be >= {low} (got {value})")
-    return value
+    n = int(value)
+    if n < low:
+        raise ValueError(f"{name} must be >= {low} (got {n})")
+    return n
 
 
 def _device(value: Any) -> Optional[Union[int, str]]:
     if value is None or value == "cpu":
-        return value
+        return cast(Optional[str], value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"device must be None, a CUDA device index or 'cpu' (got {value!r})")
     return _int("device", value, 0)
@@ -128,7 +128,7 @@ def _sources(value: Any, dtype: Dtype) -> Tuple[Source, ...]:
     the first source's dtype agrees with a Config dtype other than F32."""
     if isinstance(value, (str, bytes, Source, Mapping)) or not isinstance(value, Iterable):
         raise TypeError(f"sources must be a sequence of Source or dict (got {type(value).__name__})")
-    out = []
+    out: List[Source] = []
     for i, item in enumerate(value):
         if isinstance(item, Mapping):
             try:
@@ -335,7 +335,7 @@ class Config:
         augment: Optional[Union[Augment, Mapping[str, Any]]] = None,
         on_error: str = "raise",
     ) -> None:
-        values = {
+        values: Dict[str, Any] = {
             "batch_size": _int("batch_size", batch_size, 1),
             "host_buffer_bytes": _int("host_buffer_bytes", host_buffer_bytes, 0),
             "device_buffer_bytes": _int("device_buffer_bytes", device_buffer_bytes, 0),

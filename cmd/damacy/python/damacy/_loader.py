@@ -206,7 +206,7 @@ class Loader:
     def _end(self) -> Optional[int]:
         """The end of the epoch's draws: all, or whole batches with
         drop_last; None when infinite."""
-        per = self.sampler.info.get("per_rank")
+        per: Optional[int] = self.sampler.info.get("per_rank")
         if per is None:
             return None
         return per - per % self.batch_size if self.drop_last else per
@@ -287,7 +287,7 @@ class Loader:
         out: Dict[str, Any] = {}
         for name, t in _sources(batch).items():
             out[name] = torch.from_dlpack(t) if torch is not None else t
-        meta = {"index": [d.index for d in draws], "array": [d.array for d in draws]}
+        meta: Dict[str, List[Any]] = {"index": [d.index for d in draws], "array": [d.array for d in draws]}
         if draws and draws[0].window is not None:
             meta["position"] = [[r[0] for r in d.sample.aabb] for d in draws]
             meta["window"] = [list(d.window or ()) for d in draws]

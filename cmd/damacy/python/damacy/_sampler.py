@@ -15,7 +15,7 @@ import numbers
 import os
 import threading
 import weakref
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from . import _log, _server
 from ._errors import ShutdownError
@@ -86,6 +86,11 @@ class Draw:
     foreground: bool = False
 
 
+# One of a sampler's arrays as the caller may give it: a URI, a
+# SamplerArray, or SamplerArray's arguments as a tuple or a dict.
+_ArraySpec = Union[str, "os.PathLike[str]", SamplerArray, Tuple[Any, ...], Mapping[str, Any]]
+
+
 def _int(name: str, value: Any, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int (got {type(value).__name__})")
@@ -98,7 +103,7 @@ def _array(i: int, item: Any) -> SamplerArray:
     if isinstance(item, SamplerArray):
         return item
     if isinstance(item, (str, os.PathLike)):
-        return SamplerArray(item)
+        return SamplerArray(cast(str, item))  # __post_init__ takes an os.PathLike too
     if isinstance(item, Mapping):
         return SamplerArray(**item)
     if isinstance(item, (tuple, list)) and 1 <= len(item) <= 4:
@@ -145,7 +150,7 @@ class Sampler:
     def __init__(
         self,
         kind: str,
-        arrays: Sequence[Union[str, "os.PathLike[str]", SamplerArray, Tuple, Mapping[str, Any]]],
+        arrays: Sequence[_ArraySpec],
         box: Sequence[int],
         *,
         seed: int = 0,
@@ -213,7 +218,7 @@ class Sampler:
         self._lock = threading.Lock()
         self._conn: Optional[_server.Connection] = None
         self._own: Optional[_server.Connection] = None  # a server of our own
-        self._finalizer: Optional[weakref.finalize] = None
+        self._finalizer: Optional["weakref.finalize[[], Sampler]"] = None
         self._id: Optional[int] = None
         self._info: Optional[Dict[str, Any]] = None
 
@@ -361,7 +366,7 @@ class Sampler:
 def _draw(d: Mapping[str, Any]) -> Draw:
     window = d.get("window")
     return Draw(
-        sample=Sample(uri=d["uri"], aabb=[tuple(r) for r in d["box"]], level=int(d.get("level", 0)), seed=int(d.get("seed", 0))),
+        sample=Sample(uri=d["uri"], aabb=tuple(tuple(r) for r in d["box"]), level=int(d.get("level", 0)), seed=int(d.get("seed", 0))),
         index=int(d["index"]),
         array=int(d["array"]),
         window=tuple(int(w) for w in window) if window is not None else None,
@@ -387,7 +392,7 @@ class UniformSampler(Sampler):
     """Boxes drawn uniformly inside each array (a box larger than the array
     along an axis starts at 0 there), arrays weighted by volume or weight."""
 
-    def __init__(self, arrays, box, **kwargs: Any) -> None:
+    def __init__(self, arrays: Sequence[_ArraySpec], box: Sequence[int], **kwargs: Any) -> None:
         super().__init__("uniform", arrays, box, **kwargs)
 
 
@@ -399,7 +404,7 @@ class ForegroundSampler(Sampler):
     the rest uniform, as MONAI's RandCropByPosNegLabel. Arrays without
     foreground are drawn uniformly and counted in ``info["no_foreground"]``."""
 
-    def __init__(self, arrays, box, **kwargs: Any) -> None:
+    def __init__(self, arrays: Sequence[_ArraySpec], box: Sequence[int], **kwargs: Any) -> None:
         super().__init__("foreground", arrays, box, **kwargs)
 
 
@@ -410,5 +415,5 @@ class GridSampler(Sampler):
     last window along an axis ending at the array's edge (as MONAI's
     sliding-window inference). Each draw carries its ``window``."""
 
-    def __init__(self, arrays, box, **kwargs: Any) -> None:
+    def __init__(self, arrays: Sequence[_ArraySpec], box: Sequence[int], **kwargs: Any) -> None:
         super().__init__("grid", arrays, box, **kwargs)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
-from typing import Iterable, Iterator, Optional, Sequence, Tuple, TypeVar
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 
 __all__ = ["DistributedSamples", "shard", "world"]
 
@@ -121,7 +121,7 @@ class DistributedSamples(Sequence[T]):
         self.epoch = int(epoch)
         self._indices = self._draw()
 
-    def _draw(self) -> list:
+    def _draw(self) -> List[int]:
         n = len(self._samples)
         order = list(range(n))
         if self.shuffle:
@@ -134,7 +134,13 @@ class DistributedSamples(Sequence[T]):
     def __len__(self) -> int:
         return self._per_rank
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> List[T]: ...
+
+    def __getitem__(self, i: Union[int, slice]) -> Union[T, List[T]]:
         if isinstance(i, slice):
             return [self._samples[j] for j in self._indices[i]]
         return self._samples[self._indices[i]]
