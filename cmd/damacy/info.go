@@ -102,23 +102,7 @@ func gatherInfo() *hostInfo {
 			r.GPUs = append(r.GPUs, describeGPU(i))
 		}
 	}
-	lib, err := nvcomp.Load()
-	if err != nil {
-		r.NVCOMP.Error = err.Error()
-		var le *nvcomp.LoadError
-		if errors.As(err, &le) {
-			r.NVCOMP.Error = "no usable library"
-			r.NVCOMP.Attempts = attempts(le.Attempts)
-		}
-	} else {
-		r.NVCOMP = nvcompInfo{
-			Loaded:      true,
-			Version:     fmt.Sprint(lib.Version),
-			CUDARuntime: fmt.Sprint(lib.CUDARuntime),
-			Path:        lib.Path,
-			Attempts:    attempts(lib.Skipped),
-		}
-	}
+	r.NVCOMP = gatherNVCOMP()
 	p, err := pipeline.New(pipeline.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		r.EngineError = err.Error()
@@ -130,6 +114,28 @@ func gatherInfo() *hostInfo {
 		}
 	}
 	return r
+}
+
+// gatherNVCOMP loads nvCOMP as a pipeline would (nvcomp.Load, which does
+// not touch the GPU) and says which library that is, or why there is none.
+func gatherNVCOMP() nvcompInfo {
+	lib, err := nvcomp.Load()
+	if err != nil {
+		n := nvcompInfo{Error: err.Error()}
+		var le *nvcomp.LoadError
+		if errors.As(err, &le) {
+			n.Error = "no usable library"
+			n.Attempts = attempts(le.Attempts)
+		}
+		return n
+	}
+	return nvcompInfo{
+		Loaded:      true,
+		Version:     fmt.Sprint(lib.Version),
+		CUDARuntime: fmt.Sprint(lib.CUDARuntime),
+		Path:        lib.Path,
+		Attempts:    attempts(lib.Skipped),
+	}
 }
 
 func attempts(as []nvcomp.Attempt) []nvcompAttempt {
@@ -243,20 +249,25 @@ func (r *hostInfo) writeText(w io.Writer) {
 			fmt.Fprintf(w, "          PCIe link %s\n", link)
 		}
 	}
-	if r.NVCOMP.Loaded {
-		fmt.Fprintf(w, "nvcomp:   %s (CUDA runtime %s) from %s\n", r.NVCOMP.Version, r.NVCOMP.CUDARuntime, r.NVCOMP.Path)
-		for _, a := range r.NVCOMP.Attempts {
-			fmt.Fprintf(w, "          skipped %s: %s\n", a.Path, a.Error)
-		}
-	} else {
-		fmt.Fprintf(w, "nvcomp:   not used: %s; chunks decode on the CPU\n", r.NVCOMP.Error)
-		for _, a := range r.NVCOMP.Attempts {
-			fmt.Fprintf(w, "          tried %s: %s\n", a.Path, a.Error)
-		}
-	}
+	r.NVCOMP.writeText(w)
 	if r.EngineError != "" {
 		fmt.Fprintf(w, "engine:   none: %s\n", r.EngineError)
 	} else {
 		fmt.Fprintf(w, "engine:   %s (decoder: %s)\n", r.Engine, r.Decoder)
+	}
+}
+
+// writeText writes the "nvcomp:" line and the candidates skipped or tried.
+func (n *nvcompInfo) writeText(w io.Writer) {
+	if n.Loaded {
+		fmt.Fprintf(w, "nvcomp:   %s (CUDA runtime %s) from %s\n", n.Version, n.CUDARuntime, n.Path)
+		for _, a := range n.Attempts {
+			fmt.Fprintf(w, "          skipped %s: %s\n", a.Path, a.Error)
+		}
+		return
+	}
+	fmt.Fprintf(w, "nvcomp:   not used: %s; chunks decode on the CPU\n", n.Error)
+	for _, a := range n.Attempts {
+		fmt.Fprintf(w, "          tried %s: %s\n", a.Path, a.Error)
 	}
 }

@@ -61,6 +61,7 @@ func commands() []*command {
 		cmdBench,
 		cmdDemo,
 		cmdServe,
+		cmdVersion,
 	}
 }
 
@@ -93,6 +94,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		printHelp(stdout)
 		return exitOK
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {

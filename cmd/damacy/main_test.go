@@ -66,6 +66,8 @@ var usageTests = []usageTest{
 	{[]string{"bench", "--remote-span", "x", "smoke"}, `invalid value "x" for flag -remote-span`},
 	{[]string{"gen", "--local", "x", "smoke", "d"}, "--local is for an s3:// destination; d is a directory"},
 	{[]string{"demo", "extra"}, "usage: damacy demo"},
+	{[]string{"version", "extra"}, "usage: damacy version"},
+	{[]string{"--version", "--nosuch"}, "flag provided but not defined: -nosuch"},
 	{[]string{"demo", "--engine", "x"}, `--engine "x"`},
 }
 

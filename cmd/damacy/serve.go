@@ -58,7 +58,7 @@ them to the client. It exits 0 on close or end of stream, 1 otherwise.`,
 				}
 				return serve.InheritedConn(*fd)
 			}
-			return serve.Main(ctx, connect, serve.Options{ParentPID: *parent, Stderr: e.stderr})
+			return serve.Main(ctx, connect, serve.Options{ParentPID: *parent, Stderr: e.stderr, Version: currentBuild().String()})
 		}
 	},
 }

@@ -8,7 +8,9 @@ the package from damacy/ next to this script, the binary at
 damacy/bin/damacy (mode 0755), and dist-info METADATA (the version from
 damacy/_version.py, README.md as the description), WHEEL and RECORD. A
 CGO_ENABLED=0 Go binary needs only glibc, so one manylinux tag per
-architecture is enough. Entries are sorted and dated SOURCE_DATE_EPOCH (or
+architecture is enough. The binary must be of the same release: it embeds
+damacy/_version.py, and a binary without that file's __version__ line is
+refused. Entries are sorted and dated SOURCE_DATE_EPOCH (or
 1980-01-01), so the same inputs give the same bytes. Standard library only.
 """
 
@@ -51,6 +53,16 @@ def check_binary(path: str, arch: str) -> None:
         sys.exit(f"build_wheel: {path} is built for ELF machine {machine}, not {arch} ({ARCHES[arch][1]})")
 
 
+def check_release(path: str, ver: str) -> None:
+    """Refuse a binary of another release: the damacy binary embeds
+    damacy/_version.py (cmd/damacy/version.go), so its bytes hold the same
+    __version__ line as the package it is packed with."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if f'__version__ = "{ver}"'.encode() not in data:
+        sys.exit(f"build_wheel: {path} does not carry release {ver} of damacy/_version.py; build it from this tree")
+
+
 def package_files() -> List[Tuple[str, str]]:
     """(path in the wheel, path on disk) of the package's files."""
     root = os.path.join(HERE, "damacy")
@@ -90,6 +102,7 @@ def build(binary: str, arch: str, out_dir: str) -> str:
     """Write the wheel into out_dir and return its path."""
     check_binary(binary, arch)
     ver = version()
+    check_release(binary, ver)
     tag = f"py3-none-manylinux_{GLIBC}_{ARCHES[arch][0]}"
     dist_info = f"damacy-{ver}.dist-info"
     wheel_meta = f"Wheel-Version: 1.0\nGenerator: damacy build_wheel.py\nRoot-Is-Purelib: false\nTag: {tag}\n"

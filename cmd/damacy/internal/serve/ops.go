@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
 
@@ -74,28 +73,9 @@ func (s *server) hello(id int64, req *request) {
 		engine = "cuda"
 	}
 	s.reply(id, map[string]any{
-		"version": protocolVersion, "server": "damacy " + buildVersion(), "engine": engine, "device": dev,
+		"version": protocolVersion, "server": "damacy " + s.version, "engine": engine, "device": dev,
 		"decoder": st.Decoder, "slots": s.slots, "pid": os.Getpid(),
 	}, nil)
-}
-
-// buildVersion is the module version the binary was built from, with its
-// VCS revision when known.
-func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	for _, kv := range bi.Settings {
-		if kv.Key == "vcs.revision" && len(kv.Value) >= 12 {
-			v += " " + kv.Value[:12]
-		}
-	}
-	return v
 }
 
 // configOf maps hello's config (the seed's names) onto a pipeline.Config.

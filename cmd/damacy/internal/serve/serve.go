@@ -58,6 +58,10 @@ type Options struct {
 	// Stderr receives the log records that can no longer be sent (those
 	// made after the last frame), one line each; nil discards them.
 	Stderr io.Writer
+
+	// Version names the build in hello's answer, whose server field is
+	// "damacy " + Version (the command passes its release and revision).
+	Version string
 }
 
 // server is one client's session: the pipeline, the batches the client
@@ -67,6 +71,8 @@ type server struct {
 	out  *frameWriter
 	logs *logSink
 	log  *slog.Logger
+
+	version string // Options.Version, for hello's answer
 
 	p         *pipeline.Pipeline // nil before hello
 	cuda      bool               // the CUDA engine (else the host engine)
@@ -137,7 +143,7 @@ func Run(ctx context.Context, conn *net.UnixConn, opts Options) error {
 		timeout = DefaultWriteTimeout
 	}
 	out := &frameWriter{conn: conn, timeout: timeout}
-	s := &server{conn: conn, out: out, logs: newLogSink(out, opts.Stderr), held: map[int64]heldBatch{}, fdSent: map[[2]int]bool{}, done: map[int]doneEvent{}}
+	s := &server{conn: conn, out: out, logs: newLogSink(out, opts.Stderr), version: opts.Version, held: map[int64]heldBatch{}, fdSent: map[[2]int]bool{}, done: map[int]doneEvent{}}
 	s.log = s.logs.logger()
 	// ctx ending wakes the read below and hurries a write that waits for
 	// a client that does not read.

@@ -54,13 +54,14 @@ func samplesOf(uri string, boxes [][][2]int64) []map[string]any {
 // TestServeHost runs the protocol against the host engine: hello, errors,
 // push, pops whose bytes are read through the memfds and checked against
 // the reference reader (ragged last batch, more batches than slots),
-// stats, a log record, and close while a pop is blocked.
+// stats, a log record, and close while a pop is blocked; hello names the
+// server by Options.Version.
 func TestServeHost(t *testing.T) {
 	dir := t.TempDir()
 	path, arr := testArray(t, dir)
 	url, unblock := stallStore(t, dir)
 	before, fdsBefore := runtime.NumGoroutine(), openFDs(t)
-	c, done := startServe(t)
+	c, done := startServeWith(t, Options{Version: "0.0.0 (0123456789ab)"})
 
 	wantError(t, "pop before hello", c.call("pop", nil), statusInval)
 	e := wantError(t, "hello version 1", c.call("hello", map[string]any{"version": 1, "config": hostConfig()}), statusInval)
@@ -87,7 +88,7 @@ func TestServeHost(t *testing.T) {
 	}
 
 	h := mustOK(t, "hello", c.call("hello", hello(hostConfig())))
-	if h.Version != 2 || h.Engine != "host" || h.Device != nil || h.Decoder != "cpu" || h.Slots != 2 || h.PID != os.Getpid() || !strings.HasPrefix(h.Server, "damacy ") {
+	if h.Version != 2 || h.Engine != "host" || h.Device != nil || h.Decoder != "cpu" || h.Slots != 2 || h.PID != os.Getpid() || h.Server != "damacy 0.0.0 (0123456789ab)" {
 		t.Errorf("hello response %+v", h)
 	}
 	wantError(t, "second hello", c.call("hello", hello(hostConfig())), statusInval)

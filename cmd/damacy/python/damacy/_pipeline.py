@@ -219,7 +219,9 @@ class Pipeline:
 
     @property
     def server_info(self) -> Dict[str, Any]:
-        """What the server said at start (extra): ``server`` (its version),
+        """What the server said at start (extra): ``server`` (its version,
+        the first line of ``damacy version``: "damacy", the release, which
+        is this package's ``__version__``, and the revision when known),
         ``engine`` ("cuda" or "host"), ``device`` (the server's ordinal, UUID
         and name of the GPU; None on the host engine), ``decoder`` (e.g.
         "nvcomp 6.0.0 + cpu" or "cpu"), ``slots`` and ``pid``."""

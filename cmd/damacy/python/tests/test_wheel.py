@@ -1,4 +1,5 @@
-"""build_wheel.py's wheels, and the layout of the installed package."""
+"""build_wheel.py's wheels, the layout of the installed package, and the release
+the binary and its server report."""
 
 from __future__ import annotations
 
@@ -6,13 +7,18 @@ import base64
 import hashlib
 import importlib.metadata
 import importlib.util
+import json
 import os
 import stat
+import subprocess
 import zipfile
+from typing import Optional
 
 import pytest
 
 import damacy
+
+import support
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(HERE)
@@ -25,9 +31,12 @@ def load_builder():
     return module
 
 
-def fake_elf(path, machine: int) -> str:
+def fake_elf(path, machine: int, release: Optional[str] = None) -> str:
+    """An ELF header for machine and, as the damacy binary does, the
+    __version__ line of _version.py (release, by default the package's)."""
     head = b"\x7fELF\x02\x01\x01" + bytes(11) + machine.to_bytes(2, "little")
-    path.write_bytes(head + b"rest of a binary")
+    release = load_builder().version() if release is None else release
+    path.write_bytes(head + f'rest of a binary\n__version__ = "{release}"\n'.encode())
     return str(path)
 
 
@@ -99,6 +108,24 @@ def test_wheel_refuses_a_binary_of_another_arch(tmp_path):
         builder.build(str(tmp_path / "script"), "amd64", str(tmp_path))
 
 
+def test_wheel_refuses_a_binary_of_another_release(tmp_path):
+    builder = load_builder()
+    with pytest.raises(SystemExit, match=f"does not carry release {builder.version()}"):
+        builder.build(fake_elf(tmp_path / "damacy", 62, release="0.0.0"), "amd64", str(tmp_path))
+
+
+def test_binary_and_server_report_the_package_version(serve_binary):
+    """damacy version, damacy --version and the server's hello name the
+    release that damacy.__version__ names."""
+    out = subprocess.run([serve_binary, "version"], capture_output=True, text=True, check=True).stdout
+    alias = subprocess.run([serve_binary, "--version"], capture_output=True, text=True, check=True).stdout
+    assert alias == out
+    first = out.splitlines()[0]
+    assert first.split()[:2] == ["damacy", damacy.__version__], first
+    with damacy.Pipeline(support.host_config(batch_size=1)) as p:
+        assert p.server_info["server"] == first
+
+
 @pytest.mark.skipif(
     os.environ.get("DAMACY_TEST_INSTALLED") != "1",
     reason="runs against an installed wheel (make test-python)",
@@ -109,3 +136,5 @@ def test_installed_package_carries_the_binary():
     binary = os.path.join(package, "bin", "damacy")
     assert os.path.isfile(binary) and os.access(binary, os.X_OK)
     assert importlib.metadata.version("damacy") == damacy.__version__
+    out = subprocess.run([binary, "version", "--json"], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["version"] == damacy.__version__
