@@ -39,4 +39,6 @@
 // against the sentinels (ErrOutOfMemory, ErrNoDevice, ...) or a Result
 // constant. Query methods report work in progress as done == false, never
 // as an error.
+//
+// Imports: the standard library and purego.
 package cuda

@@ -62,8 +62,8 @@ type decompressArgs struct {
 // temp space was sized by nvCOMP's own query, while the same geometries
 // passed in other runs: the fault depends on the data and the layout.
 // No batch of up to 512 MiB failed, on 5.3 or 6.0. Larger waves must be
-// split; at 512 MiB the GPU is already past its knee (see the package
-// documentation).
+// split; at 512 MiB the GPU is already past its knee (cmd/damacy/BENCH.md,
+// "nvCOMP decode alone").
 const MaxZstdBatchBytes = 512 << 20
 
 // NewDecoder returns a Decoder for cfg. It queries the temp size and

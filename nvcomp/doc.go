@@ -26,8 +26,8 @@
 //
 // # What nvCOMP does with imperfect input
 //
-// Measured with nvCOMP 5.3.0 and 6.0.0 on an H200 (the GPU tests rerun
-// every measurement), nvCOMP's decoders are fast, not defensive:
+// As nvCOMP 5.3.0 and 6.0.0 behave (the GPU tests check each point),
+// nvCOMP's decoders are fast, not defensive:
 //
 //   - neither the zstd nor the LZ4 decoder bounds its writes by the
 //     output capacity: output that does not fit is written past the end of
@@ -49,21 +49,16 @@
 // the CPU, which decodes them or reports the error. (On the host the walk
 // costs nearly as much as pierrec's decode, so the pipeline runs its GPU
 // twin, ptx's LZ4 check kernel, just before nvCOMP: a refused block is
-// decoded to nothing, fails the status check, and goes to the CPU then.) After decoding, the
-// caller checks every chunk's status and size (CheckChunk, or a kernel that
-// reduces them), and waits for the GPU with a deadline.
+// decoded to nothing, fails the status check, and goes to the CPU then.)
+// After decoding, the caller checks every chunk's status and size
+// (CheckChunk, or a kernel that reduces them), and waits for the GPU with
+// a deadline.
 //
 // # Throughput
 //
-// Measured on an H200 with nvCOMP 6.0 (TestDecodeThroughput, GB/s of
-// output; the CPU is klauspost/pierrec on 16 goroutines): byte-shuffled
-// uint16 zstd (ratio 1.9) decodes at 3-6 GB/s in batches of 64 chunks,
-// 33-56 at 1024 and, at the largest batch allowed, 82 (4096 × 64 KiB), 108
-// (2048 × 256 KiB) and 44 (512 × 1 MiB), against 41-47 on the CPU;
-// unshuffled uint16 zstd (ratio 1.2-1.3) reaches 33-50 against 14-19. LZ4
-// on shuffled data (ratio 1.8) gives 73-76 at 1024 chunks and 224-240 at
-// 4096, against 69-71 on the CPU. The GPU overtakes the CPU only from
-// 1024-2048 chunks per call: batch thousands of chunks per Decode.
+// nvCOMP overtakes 16 CPU cores only from a thousand or two chunks per
+// batched call (cmd/damacy/BENCH.md, "nvCOMP decode alone", which
+// TestDecodeThroughput measures): batch thousands of chunks per Decode.
 //
 // Imports: the standard library, purego and package cuda.
 package nvcomp

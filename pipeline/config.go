@@ -185,18 +185,16 @@ type Config struct {
 	// ahead of the batches the engine fills (BatchSlots - 1 of them while
 	// the consumer holds one), so that their metadata and plans are ready
 	// in time; at least 2. Default 2. (Counted from the batch being
-	// assembled instead, the default of 2 left the planner short with
-	// three slots: through the Python front the default scenario ran at
-	// 84-92% of in-process; with 4 batches taken in ahead, 95-97%, on an
-	// H200.)
+	// assembled instead, 2 left the planner short with three slots:
+	// cmd/damacy/BENCH.md, "the Python front at the engine's speed".)
 	LookaheadBatches int
 	// BatchSlots is the number of batch buffers (in GPU memory on the
 	// CUDA engine): how many popped batches may be held at once, plus
 	// the one being filled while they are held; at least 2. Default 3:
 	// a training loop keeps its last batch's tensor until its next step,
 	// while the engine fills one slot and has the next batch ready in
-	// another (with 2, keeping one batch cost a quarter of the
-	// throughput scenario's rate on an H200).
+	// another (with 2, a loop that keeps one batch slows the engine:
+	// cmd/damacy/BENCH.md, "the Python front at the engine's speed").
 	// On the CUDA engine a batch's first chunks may share the previous
 	// batch's last wave; with no slot free for it then (Pop's caller
 	// holding the others), it is assembled once one is given back.
@@ -272,8 +270,10 @@ type Config struct {
 	// (1, 2, 4 or 8). Default 8.
 	MaxBytesPerElement int
 	// Device selects the engine: "" (default) picks GPU 0 when a CUDA
-	// driver and device are present, otherwise the host engine; "cpu"
-	// selects the host engine; "cuda" or "cuda:N" a GPU (failing if none).
+	// driver and device are present, otherwise the host engine; "cpu" or
+	// "host" selects the host engine; "cuda" or "gpu" GPU 0, and "cuda:N"
+	// GPU N (N >= 0), failing if there is no such GPU. New rejects any
+	// other value with ErrInvalid.
 	Device string
 	// Trace, when set, receives a Span for each stretch of work of every
 	// stage. It is called from the pipeline's goroutines, concurrently;

@@ -73,9 +73,8 @@ func setShuffle(src *ptx.Source, h blosc.Header) {
 // room for their decoded bytes, which travel in the same H2D copy.
 //
 // The CPU takes no share of what nvCOMP may take: its decoding would lie
-// on the way to the wave's copy, and on a 16-core H100 host CPU decoding
-// stalls now and then for 15-90 ms, which left the GPU idle 6-13% of the
-// time with a 2% share (BENCH.md, 2026-11-24 (4)).
+// on the way to the wave's copy, and its occasional stalls left the GPU
+// idle (cmd/damacy/BENCH.md, "no CPU share of nvCOMP's chunks").
 func (e *cudaEngine) route(j *job) {
 	n := int64(j.layout.Bytes())
 	r := j.chunk.Codec.Route()

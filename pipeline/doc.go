@@ -4,6 +4,9 @@
 //
 // It owns: Config, Sample, Pipeline, Batch, Stats, Span and the error type;
 // the planner, metadata caches, IO, staging, decode and assemble stages.
+// All memory is reserved at New (batch slots at the first Push when the
+// sample shape comes from it); a configuration that cannot work fails
+// there with ErrBudget naming the field to raise.
 //
 // # Data flow
 //
@@ -21,14 +24,15 @@
 //   - decode and assemble: the host engine's CPU tasks each decode a chunk
 //     (into the worker's scratch buffer, or the arena for large chunks and
 //     those the chunk cache keeps) and at once run the ptx.HostAssembly
-//     ops that read it into the batch slot. The CUDA engine
-//     routes each chunk at plan time (nvCOMP, or a CPU worker for a
-//     measured share of them and for codecs nvCOMP lacks), checks the bytes
-//     on CPU workers (checksums, zstd frame and block headers, blosc
-//     frames, whose zstd or LZ4 streams become nvCOMP entries), copies the
-//     slab's used prefix with nvCOMP's argument arrays and the assemble
-//     ops in one H2D copy, walks the LZ4 blocks on the GPU (ptx.LZ4Check),
-//     decodes with nvCOMP into the wave's arena, reduces the statuses on
+//     ops that read it into the batch slot. The CUDA engine routes each
+//     chunk at plan time (nvCOMP for every chunk it may take; a CPU worker
+//     for codecs nvCOMP lacks and for arrays where nvCOMP already refused
+//     a chunk), checks the bytes on CPU workers (checksums, zstd frame and
+//     block headers, blosc frames, whose zstd or LZ4 streams become nvCOMP
+//     entries), copies the slab's used prefix with nvCOMP's argument
+//     arrays and the assemble ops in one H2D copy, walks the LZ4 blocks on
+//     the GPU (ptx's LZ4 check kernel), decodes with nvCOMP into the
+//     wave's arena, reduces the statuses on
 //     the device, and runs the assemble kernel (which also undoes blosc's
 //     shuffles), on copy, decode and assemble streams chained by events; a
 //     retire thread waits on each wave in order (with a deadline), and
@@ -45,25 +49,24 @@
 // A wave is copied and decoded before its batches take their slots, so
 // decoding goes on while the consumer holds slots; a joining batch whose
 // slot is not free when its wave is assembled is assembled late, once
-// Pop's caller gives one back (cuda_slots.go).
+// Pop's caller gives one back.
 //
 // # Training-ready batches
 //
 // With Config.Sources a sample reads one box from several arrays (an
 // image and its OME-NGFF label, a mask, channels kept apart): each source
-// has an engine of its own (a lane, lane.go), fed by one intake. The
-// batcher hands each batch to every lane in turn, each sample as that
-// source reads it: its array found from the sample's URI (source.go), its
-// axes matched to the box's by name (a label without the image's channel
+// has an engine of its own (a lane), fed by one intake. The batcher hands
+// each batch to every lane in turn, each sample as that source reads it:
+// its array found from the sample's URI, its axes matched to the box's by name (a label without the image's channel
 // axis drops it). Pop takes one result from each lane and returns one
 // Batch with a Tensor per source; Stats adds the lanes' up.
 //
 // With Config.Augment each sample's transform (flips, quarter turns,
 // equal-extent permutations, an intensity map) is drawn from its seed when
-// its batch is cut (augment.go), projected onto each source's axes, and
-// handed to the engines with the batch: the assemble plan carries it to
-// the kernel (and its host twin), which applies it while it writes the
-// batch, as it converts each element (assemble.go). An integer output
+// its batch is cut, projected onto each source's axes, and handed to the
+// engines with the batch: the assemble plan carries it to the kernel (and
+// its host twin), which applies it while it writes the batch, as it
+// converts each element. An integer output
 // takes values as they are; the kernel counts those that do not fit, and
 // the batch fails with ErrDtype.
 //
@@ -106,48 +109,22 @@
 // later batch too; ErrShutdown ends the stream.
 //
 // Config.OnError's OnErrorSkip leaves such a sample out of its batch
-// instead (skip.go): the batch comes out short, in order (empty when none
-// is left), and each sample left out is reported once, by an error of the
-// same form, in Batch.Skipped, counted in Stats.SamplesSkipped, and
-// warned about on Config.Logger once per distinct cause; a sequence's
-// malformed sample is left out and the sequence goes on. A batch that
+// instead: the batch comes out short, in order (empty when none is left),
+// and each sample left out is reported once, by an error of the same
+// form, in Batch.Skipped, counted in Stats.SamplesSkipped, and warned
+// about on Config.Logger once per distinct cause; a sequence's malformed
+// sample is left out and the sequence goes on. A batch that
 // fails reaches Pop with its slot, and Pop reads it again, one sample at a
 // time, on the CPU, the way the host engine reads (so the samples kept are
 // exactly what the engine would have assembled). Errors that are not
 // about one sample (ErrCUDA, ErrBudget, ErrOutOfMemory, ErrShutdown,
 // ErrCanceled) fail Pop as before, and Push's checks still return theirs.
 //
-// # Files
-//
-// pipeline.go is the API (Push, PushSeq, Pop, Flush, Shutdown, Close),
-// intake.go the intake (the feeder and the batcher); config.go, errors.go, stats.go and trace.go its types;
-// source.go, lane.go and augment.go the sources, their lanes and the
-// transforms, assemble.go what the engines give the kernel for them;
-// batch.go the Batch and its DLPack export; share.go (with shm_*.go) hands
-// a batch to another process (CUDA IPC handles, memfd host slots) and
-// check.go checks a sample against its array, for damacy serve; skip.go
-// is Config.OnError's OnErrorSkip. meta.go
-// opens arrays, plan.go plans batches into jobs, waves and reads (planner.go
-// is the stage, which carries waves over batches), io.go
-// reads local files and remote.go object stores (ranged GETs), filemap.go
-// keeps hot local files mapped (mapread.go: a wave's use of them, and
-// cuda_mapread.go the GPU's copies from them), chunkcache.go keeps the
-// chunk cache's books (entries, room, pins, file versions). host.go holds the stages both engines share and the host
-// engine, host_compute.go its fused decode and assembly. The CUDA engine
-// goes stage by stage: cuda_setup.go (budgets, buffers, batch slots),
-// cuda_route.go (which decoder takes a chunk, nvCOMP's entries),
-// cuda_wave.go (the stages, a wave's parts, load), cuda_prepare.go
-// (checks, CPU decode, layout), cuda_submit.go (the stream work),
-// cuda_slots.go (batch slots, late parts), cuda_retire.go (waiting,
-// status checks, the CPU redo) and cuda_close.go.
-//
-// All memory is reserved at New (batch slots at the first Push when the
-// sample shape comes from it); a configuration that cannot work fails
-// there with ErrBudget naming the field to raise.
-//
-// Imports: zarr, cuda, nvcomp, ptx and dlpack, and its subpackages, which
-// damacy bench's ceilings use too: plan (the zarr-level plan of a batch,
-// the assemble ops, the rule for what nvCOMP receives), cache (the LRU, a
-// caching zarr.Locator, the open-file cache) and work (the worker pool).
-// Nothing in the module imports pipeline except the command, cmd/damacy.
+// Imports: the standard library; zarr (with zarr/blosc and zarr/remote),
+// cuda, nvcomp, ptx and dlpack; and its own subpackages plan (the
+// zarr-level plan of a batch, the assemble ops, the rule for what nvCOMP
+// receives), cache (the LRU, a caching zarr.Locator, the open-file cache)
+// and work (the worker pool), which damacy bench's ceilings use too.
+// Package pipeline/sampler builds on it, and the command (cmd/damacy: its
+// server and its bench) drives it.
 package pipeline

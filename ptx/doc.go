@@ -1,12 +1,11 @@
 // Package ptx holds the project's CUDA kernels and their exact host twin.
 //
-// The kernels are CUDA C (assemble.cu, status.cu, with the shared
-// definitions in kernels.h), compiled by nvcc to PTX for the virtual
+// The kernels are CUDA C, compiled by nvcc to PTX for the virtual
 // architecture compute_75 so that one image runs on Turing through
 // Blackwell, with the PTX ISA version held at 8.0 so that CUDA 12.0 and
-// newer drivers can JIT it. The generated z*.ptx files are committed and
-// embedded; zstamp.txt records the hashes of their inputs, and a test fails
-// when it is stale. README.md says how to regenerate them.
+// newer drivers can JIT it. The generated PTX is committed and embedded,
+// with a stamp of its inputs' hashes that a test holds it to; the README
+// beside the sources says how to regenerate it.
 //
 // # Assemble
 //

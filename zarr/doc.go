@@ -37,6 +37,7 @@
 // ErrCorrupt and ErrTooLarge as they apply. Nothing is returned together
 // with an error, and no input makes the package panic.
 //
-// Imports: the standard library and pure-Go codec libraries; never a GPU
-// package.
+// Imports: the standard library, its subpackage blosc, and the pure-Go
+// codecs of klauspost/compress (zstd, gzip, zlib) and pierrec/lz4; never a
+// GPU package.
 package zarr

@@ -4,4 +4,6 @@
 //
 // They are exported so that damacy bench's ceilings read and plan through
 // the same code a run does.
+//
+// Imports: the standard library and package zarr.
 package cache

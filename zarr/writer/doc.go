@@ -25,4 +25,7 @@
 //
 // Data passed in and out is always little-endian and in C order, whatever the
 // stored byte order and memory order are.
+//
+// Imports: the standard library, zarr and zarr/blosc (the formats it
+// writes), and the zstd of klauspost/compress and pierrec/lz4.
 package writer

@@ -14,4 +14,9 @@
 // it; its ceiling is a GET replay through the same kind of store, whose
 // GETs can be written out for a load generator (--gets-out), and the run
 // can go through a shaped link on loopback (--link, package netshape).
+//
+// Imports: the standard library; pipeline, with pipeline/sampler and the
+// subpackages the ceilings share with a run (plan, cache, work); zarr,
+// zarr/blosc, zarr/remote and zarr/writer; cuda, nvcomp and ptx; and the
+// command's base and netshape.
 package bench

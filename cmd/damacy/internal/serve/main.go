@@ -43,10 +43,9 @@ func Main(ctx context.Context, connect func(context.Context) (*net.UnixConn, err
 // (at least 4) when a launcher runs several loaders on one host, as
 // torchrun does with LOCAL_WORLD_SIZE set to the ranks per host, unless
 // GOMAXPROCS is set: every loader then sizes its CPU workers (default
-// ComputeThreads) to its share instead of to the whole host. Measured on
-// 4 x H200 with 64 cores, 4 ranks through the Python front: 140-152 GB/s
-// together with 64 each, 184 with 16 (3.71x one rank, which is unchanged
-// at 16).
+// ComputeThreads) to its share instead of to the whole host: loaders that
+// each ran on every core slowed one another (cmd/damacy/BENCH.md, "the
+// Python front at the engine's speed").
 func shareCPUs(getenv func(string) string, cpus int) {
 	if getenv("GOMAXPROCS") != "" {
 		return
