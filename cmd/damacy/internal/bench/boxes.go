@@ -31,6 +31,7 @@ type boxSet struct {
 	Sampler     string      `json:"sampler"` // "uniform" or "foreground"
 	Samples     []boxSample `json:"samples"` // (warmup + batches) * batch_size, warmup first
 
+	plain  bool                            // Arrays are zarr arrays, not OME-NGFF images (ArrayScenario)
 	index  map[string]int                  // per image URI, its index in Arrays
 	stream func() func() (boxSample, bool) // the run's box draws from the first on, and whether each is centred on foreground
 	remote *remoteData                     // the dataset when it is not a local directory
@@ -139,9 +140,13 @@ func (bs *boxSet) draw(ctx context.Context, sc *Scenario) error {
 		bs.stream, bs.Sampler = st, "foreground"
 	}
 	next := bs.stream()
-	bs.Samples = make([]boxSample, (sc.Run.Warmup+sc.Run.Batches)*sc.Run.BatchSize)
+	warm := sc.Run.Warmup * sc.Run.BatchSize
+	bs.Samples = make([]boxSample, warm+sc.passSamples())
 	bs.foreground = 0
 	for i := range bs.Samples {
+		if i == warm && sc.Run.chunked() {
+			next = bs.stream() // the pass reads every chunk from the first
+		}
 		var fg bool
 		bs.Samples[i], fg = next()
 		if fg {
@@ -171,9 +176,16 @@ func newBoxSet(sc *Scenario, dir string, rd *remoteData, samples []boxSample) (*
 		Dtype: srcs[0].dtype.String(), Samples: samples, remote: rd,
 		Sampler: "uniform", stream: uniformStream(sc),
 	}
+	if sc.Run.chunked() {
+		bs.Sampler, bs.stream = BoxesChunks, chunkStream(sc)
+	}
 	bs.index = map[string]int{}
 	for i := range sc.Dataset.Arrays {
-		bs.Arrays = append(bs.Arrays, ArrayName(i))
+		name := ArrayName(i)
+		if ad := sc.array; ad != nil {
+			name, bs.Level, bs.plain = filepath.Base(ad.path), ad.level, !ad.image
+		}
+		bs.Arrays = append(bs.Arrays, name)
 		bs.DataTypes = append(bs.DataTypes, sc.Dataset.Dtype.At(i))
 		bs.index[bs.uri(boxSample{Array: i})] = i
 	}
@@ -219,6 +231,9 @@ func (bs *boxSet) level(i int) (*zarr.Array, error) { return bs.levelAt(i, "") }
 // levelAt opens the array read at rel (a source's path) relative to
 // image i.
 func (bs *boxSet) levelAt(i int, rel string) (*zarr.Array, error) {
+	if bs.plain {
+		return zarr.Open(filepath.Join(bs.DatasetDir, bs.Arrays[i], rel))
+	}
 	var m *zarr.Multiscale
 	var err error
 	if bs.remote != nil {
