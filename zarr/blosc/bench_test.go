@@ -9,7 +9,7 @@ import (
 
 // benchData is 256 KiB of measured-looking data: "u16" a smooth 2-D field
 // plus noise of 0..47 (about 5.6 noisy bits), "f32" a smooth field plus
-// Gaussian noise of sigma 0.01.
+// Gaussian noise of sigma 0.01; or the public zarr benchmark's values.
 func benchData(kind string) []byte {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n = 256 << 10
@@ -20,6 +20,18 @@ func benchData(kind string) []byte {
 			x, y := float64(i%512), float64(i/512)
 			v := 20000 + 8000*math.Sin(x/40)*math.Cos(y/30) + float64(rng.IntN(48))
 			binary.LittleEndian.PutUint16(b[2*i:], uint16(v))
+		}
+	case "zarrbench": // 4 MiB: 32 planes of 256x256 of the public zarr benchmark's values, (x + y²/32 + z³) mod 65536
+		b = make([]byte, 4<<20)
+		for i := range len(b) / 2 {
+			z, y, x := i/65536+300, i/256%256, i%256
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(x+y*y/32+z*z*z))
+		}
+	case "zarrbench-32": // 64 KiB: a 32^3 chunk of it
+		b = make([]byte, 64<<10)
+		for i := range len(b) / 2 {
+			z, y, x := i/1024+300, i/32%32+64, i%32+96
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(x+y*y/32+z*z*z))
 		}
 	case "f32":
 		for i := range n / 4 {
@@ -47,6 +59,12 @@ func BenchmarkDecode(b *testing.B) {
 		{"blosclz-shuffle-u16", "u16", Options{Compressor: BloscLZ, Level: 5, Shuffle: ByteShuffle, Typesize: 2}},
 		{"zlib-shuffle-u16", "u16", Options{Compressor: Zlib, Level: 5, Shuffle: ByteShuffle, Typesize: 2}},
 		{"snappy-shuffle-u16", "u16", Options{Compressor: Snappy, Level: 5, Shuffle: ByteShuffle, Typesize: 2}},
+		// The public zarr benchmark's codec (blosclz 9, bit shuffle) on
+		// its values: 512 KiB blocks of a 256^3 chunk, and a 32^3 chunk.
+		{"blosclz-bitshuffle-zarrbench", "zarrbench", Options{Compressor: BloscLZ, Level: 9, Shuffle: BitShuffle, Typesize: 2}},
+		{"blosclz-bitshuffle-zarrbench-32", "zarrbench-32", Options{Compressor: BloscLZ, Level: 9, Shuffle: BitShuffle, Typesize: 2}},
+		{"blosclz-noshuffle-zarrbench", "zarrbench", Options{Compressor: BloscLZ, Level: 9, Typesize: 2}},
+		{"blosclz-shuffle-zarrbench", "zarrbench", Options{Compressor: BloscLZ, Level: 9, Shuffle: ByteShuffle, Typesize: 2}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			raw := benchData(bc.data)
@@ -83,9 +101,16 @@ func BenchmarkUnshuffle(b *testing.B) {
 			}
 		})
 		b.Run("bit-"+string(rune('0'+ts)), func(b *testing.B) {
+			scratch := make([]byte, len(src))
 			b.SetBytes(int64(len(src)))
 			for b.Loop() {
-				bitUnshuffleBlock(dst, src, ts)
+				bitUnshuffleBlock(dst, src, scratch, ts)
+			}
+		})
+		b.Run("bit-former-"+string(rune('0'+ts)), func(b *testing.B) {
+			b.SetBytes(int64(len(src)))
+			for b.Loop() {
+				bitUnshuffleRef(dst, src, ts)
 			}
 		})
 	}
