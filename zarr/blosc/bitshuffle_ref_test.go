@@ -122,4 +122,3 @@ func bitUnshuffleRef(dst, src []byte, ts int) {
 	}
 	copy(dst[n*ts:len(src)], src[n*ts:])
 }
-
