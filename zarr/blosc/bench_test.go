@@ -1,10 +1,18 @@
 package blosc
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // benchData is 256 KiB of measured-looking data: "u16" a smooth 2-D field
@@ -112,6 +120,85 @@ func BenchmarkUnshuffle(b *testing.B) {
 			for b.Loop() {
 				bitUnshuffleRef(dst, src, ts)
 			}
+		})
+	}
+}
+
+// cbloscZarrbenchPy writes the zarr benchmark's data (benchData's
+// "zarrbench" and "zarrbench-32") as numcodecs' c-blosc compresses it
+// (blosclz 9, bit shuffle), one frame per file, and prints c-blosc's own
+// single-threaded decode rate of each in MB/s.
+const cbloscZarrbenchPy = `
+import sys, time
+import numpy as np
+from numcodecs import Blosc, blosc
+blosc.set_nthreads(1)
+out = sys.argv[1]
+z = np.arange(32)[:, None, None] + 300
+y = np.arange(256)[None, :, None]
+x = np.arange(256)[None, None, :]
+big = ((x + y * y // 32 + z**3) % 65536).astype("<u2")
+small = np.ascontiguousarray(((x[:, :, 96:128] + y[:, 64:96] ** 2 // 32 + z**3) % 65536).astype("<u2"))
+codec = Blosc(cname="blosclz", clevel=9, shuffle=Blosc.BITSHUFFLE, blocksize=0)
+for name, a in (("zarrbench", big), ("zarrbench-32", small)):
+    frame = codec.encode(a)
+    open("%s/%s.blosc" % (out, name), "wb").write(frame)
+    dst = np.empty_like(a)
+    best = 1e9
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(20):
+            codec.decode(frame, out=dst)
+        best = min(best, (time.perf_counter() - t) / 20)
+    print(name, a.nbytes / best / 1e6)
+`
+
+// BenchmarkDecodeCBlosc decodes the frames c-blosc (through numcodecs)
+// writes for the zarr benchmark's data and codec, and reports c-blosc's
+// own single-threaded rate on them as cblosc-MB/s; it skips without a
+// Python with numcodecs ($DAMACY_PYTHON).
+func BenchmarkDecodeCBlosc(b *testing.B) {
+	py, err := zarrtest.Python("numpy", "numcodecs")
+	if err != nil {
+		b.Skip(err)
+	}
+	dir := b.TempDir()
+	out, err := exec.Command(py, "-c", cbloscZarrbenchPy, dir).CombinedOutput()
+	if err != nil {
+		b.Fatalf("%v\n%s", err, out)
+	}
+	rates := map[string]float64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var name string
+		var mbps float64
+		if _, err := fmt.Sscan(line, &name, &mbps); err != nil {
+			b.Fatalf("%q: %v", line, err)
+		}
+		rates[name] = mbps
+	}
+	for _, name := range []string{"zarrbench", "zarrbench-32"} {
+		b.Run("blosclz-bitshuffle-"+name, func(b *testing.B) {
+			frame, err := os.ReadFile(filepath.Join(dir, name+".blosc"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			raw := benchData(name)
+			dst := make([]byte, len(raw))
+			d, err := NewDecoder()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Close()
+			if n, err := d.Decode(dst, frame); err != nil || !bytes.Equal(dst[:n], raw) {
+				b.Fatalf("c-blosc's frame: %v, or not the data", err)
+			}
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if _, err := d.Decode(dst, frame); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(rates[name], "cblosc-MB/s")
 		})
 	}
 }

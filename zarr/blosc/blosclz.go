@@ -31,12 +31,13 @@ var errBloscLZ = errors.New("blosclz")
 // must fill exactly.
 //
 // Tokens far enough from the ends of src and dst take a fast path that
-// copies in whole words: a literal run as 32 bytes, a match of distance 8
-// or more in steps of 8 (each step reads bytes the ones before wrote, as
-// a byte-by-byte copy would), writing up to 31 bytes past the token's end
-// that later tokens overwrite. c-blosc's streams of shuffled data are
-// mostly such short tokens, for which a call to copy costs more than the
-// copy.
+// copies in whole words: a literal run as 32 bytes; a match of distance 8
+// or more, up to 64 bytes long, in steps of 8 (each step reads bytes the
+// ones before wrote, as a byte-by-byte copy would); a match of a shorter
+// distance, a repeat of a short pattern, likewise from a multiple of its
+// distance back. They write up to 31 bytes past the token's end, which
+// later tokens overwrite. c-blosc's streams of shuffled data are mostly
+// such short tokens, for which a call to copy costs more than the copy.
 func decodeBloscLZ(dst, src []byte) error {
 	if len(src) == 0 {
 		return fmt.Errorf("%w: empty stream", errBloscLZ)
@@ -97,13 +98,27 @@ func decodeBloscLZ(dst, src []byte) error {
 			if length > len(dst)-op {
 				return fmt.Errorf("%w: match of %d at output %d overruns %d bytes", errBloscLZ, length, op, len(dst))
 			}
-			if dist >= 8 && length <= 32 && len(dst)-op >= 32 {
-				from := op - dist
+			switch from := op - dist; {
+			case len(dst)-op < length+16 || (dist >= 8 && length > 64):
+				copyMatch(dst, op, dist, length)
+			case dist >= 8:
 				for i := 0; i < length; i += 8 {
 					binary.LittleEndian.PutUint64(dst[op+i:], binary.LittleEndian.Uint64(dst[from+i:]))
 				}
-			} else {
-				copyMatch(dst, op, dist, length)
+			default:
+				// A repeat of a short pattern: its first 16 bytes one by
+				// one, then words from step bytes back, step the
+				// smallest multiple of dist of at least 8 (the pattern
+				// repeats every step bytes, and a word read there was
+				// written before).
+				d := dst[from : op+16]
+				for i := range 16 {
+					d[dist+i] = d[i]
+				}
+				step := (8 + dist - 1) / dist * dist
+				for i := step; i < length; i += 8 {
+					binary.LittleEndian.PutUint64(dst[op+i:], binary.LittleEndian.Uint64(dst[op+i-step:]))
+				}
 			}
 			op += length
 		}

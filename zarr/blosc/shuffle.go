@@ -60,14 +60,15 @@ func checkShuffleArgs(dst, src []byte, typesize, blocksize, nbytes int) error {
 // unshuffleBlock byte-unshuffles one block; len(dst) == len(src).
 func unshuffleBlock(dst, src []byte, ts int) {
 	n := len(src) / ts
+	from := unshuffleSIMD(dst, src, n, ts)
 	switch ts {
 	case 1:
 		copy(dst, src)
 		return
 	case 2:
-		unshuffle2(dst, src, n)
+		unshuffle2(dst, src, n, from)
 	case 4:
-		unshuffle4(dst, src, n)
+		unshuffle4(dst, src, n, from)
 	case 8:
 		unshuffle8(dst, src, n)
 	default:
@@ -112,9 +113,11 @@ func zip16(a, b uint64) (lo, hi uint64) {
 	return interleave16(a&0xffffffff | b<<32), interleave16(a>>32 | b&^0xffffffff)
 }
 
-func unshuffle2(dst, src []byte, n int) {
+// unshuffle2 unshuffles elements from..n-1 of a block of n elements of 2
+// bytes, eight at a time while eight remain.
+func unshuffle2(dst, src []byte, n, from int) {
 	p0, p1 := src[:n], src[n:2*n]
-	i := 0
+	i := from
 	for ; i+8 <= n; i += 8 {
 		a := binary.LittleEndian.Uint64(p0[i : i+8])
 		b := binary.LittleEndian.Uint64(p1[i : i+8])
@@ -125,9 +128,11 @@ func unshuffle2(dst, src []byte, n int) {
 	unshuffleAny(dst, src, n, 2, i)
 }
 
-func unshuffle4(dst, src []byte, n int) {
+// unshuffle4 unshuffles elements from..n-1 of a block of n elements of 4
+// bytes, as unshuffle2.
+func unshuffle4(dst, src []byte, n, from int) {
 	p0, p1, p2, p3 := src[:n], src[n:2*n], src[2*n:3*n], src[3*n:4*n]
-	i := 0
+	i := from
 	for ; i+8 <= n; i += 8 {
 		r0 := binary.LittleEndian.Uint64(p0[i : i+8])
 		r1 := binary.LittleEndian.Uint64(p1[i : i+8])
