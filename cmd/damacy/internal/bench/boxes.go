@@ -18,10 +18,11 @@ import (
 // peers (cmd/damacy/peers) to read the same boxes.
 type boxSet struct {
 	Scenario    string      `json:"scenario"`
-	DatasetDir  string      `json:"dataset_dir"` // absolute path, or the remote dataset's URI
-	Arrays      []string    `json:"arrays"`      // image group paths, relative to dataset_dir
-	Level       int         `json:"level"`       // the multiscale level read (its array is <image>/<level>)
-	DataTypes   []string    `json:"data_types"`  // per array
+	DatasetDir  string      `json:"dataset_dir"`     // absolute path, or the remote dataset's URI
+	Arrays      []string    `json:"arrays"`          // image group paths, relative to dataset_dir
+	Level       int         `json:"level"`           // the multiscale level read (its array is <image>/<level>)
+	Plain       bool        `json:"plain,omitempty"` // arrays are zarr arrays, read as they are (damacy bench ARRAY): no level
+	DataTypes   []string    `json:"data_types"`      // per array
 	SampleShape []int64     `json:"sample_shape"`
 	BatchSize   int         `json:"batch_size"`
 	Warmup      int         `json:"warmup"`  // batches
@@ -31,7 +32,6 @@ type boxSet struct {
 	Sampler     string      `json:"sampler"` // "uniform" or "foreground"
 	Samples     []boxSample `json:"samples"` // (warmup + batches) * batch_size, warmup first
 
-	plain  bool                            // Arrays are zarr arrays, not OME-NGFF images (ArrayScenario)
 	index  map[string]int                  // per image URI, its index in Arrays
 	stream func() func() (boxSample, bool) // the run's box draws from the first on, and whether each is centred on foreground
 	remote *remoteData                     // the dataset when it is not a local directory
@@ -183,7 +183,7 @@ func newBoxSet(sc *Scenario, dir string, rd *remoteData, samples []boxSample) (*
 	for i := range sc.Dataset.Arrays {
 		name := ArrayName(i)
 		if ad := sc.array; ad != nil {
-			name, bs.Level, bs.plain = filepath.Base(ad.path), ad.level, !ad.image
+			name, bs.Level, bs.Plain = filepath.Base(ad.path), ad.level, !ad.image
 		}
 		bs.Arrays = append(bs.Arrays, name)
 		bs.DataTypes = append(bs.DataTypes, sc.Dataset.Dtype.At(i))
@@ -231,7 +231,7 @@ func (bs *boxSet) level(i int) (*zarr.Array, error) { return bs.levelAt(i, "") }
 // levelAt opens the array read at rel (a source's path) relative to
 // image i.
 func (bs *boxSet) levelAt(i int, rel string) (*zarr.Array, error) {
-	if bs.plain {
+	if bs.Plain {
 		return zarr.Open(filepath.Join(bs.DatasetDir, bs.Arrays[i], rel))
 	}
 	var m *zarr.Multiscale

@@ -118,6 +118,21 @@ func TestArrayScenario(t *testing.T) {
 			t.Errorf("%s with %+v: sampler %q, %d batches of %v, %d samples, dtype %s, dataset %s, verified %v", c.path, c.ov, rep.Sampler, rep.Batches, rep.SampleShape, rep.Stats.Counters["samples_emitted"], rep.Dtype, rep.DatasetDir, rep.Verified)
 		}
 	}
+	// The peers read a plain array's boxes too.
+	t.Run("tensorstore peer", func(t *testing.T) {
+		sc, err := ArrayScenario(array, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Run.Engine = "host"
+		boxes := filepath.Join(t.TempDir(), "boxes.json")
+		runScenario(t, sc, Options{BoxesOut: boxes})
+		py := zarrtest.MustHavePython(t, "numpy", "zarr", "tensorstore")
+		out, err := exec.Command(py, filepath.Join("..", "..", "peers", "tensorstore_peer.py"), "--device", "cpu", "--json", boxes).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), `"peer": "tensorstore"`) {
+			t.Fatalf("tensorstore_peer.py: %v\n%s", err, out)
+		}
+	})
 	// What cannot be.
 	sc, err := ArrayScenario(array, 0)
 	if err != nil {
