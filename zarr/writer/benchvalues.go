@@ -30,7 +30,7 @@ func BenchmarkFill(dst []byte, box []zarr.Range) error {
 	o := 0
 	for z := box[0].Start; z < box[0].Stop; z++ {
 		for y := box[1].Start; y < box[1].Stop; y++ {
-			base := uint16(y*y/32 + z*z*z)
+			base := BenchmarkValue(z, y, 0)
 			for x := box[2].Start; x < box[2].Stop; x++ {
 				binary.LittleEndian.PutUint16(dst[o:], base+uint16(x))
 				o += 2
