@@ -124,8 +124,12 @@ func FuzzBloscLZ(f *testing.F) {
 // the former implementation (bitUnshuffleRef) and of the definition
 // (refBitUnshuffle). Seeds: testdata/fuzz/FuzzBitUnshuffle.
 func FuzzBitUnshuffle(f *testing.F) {
-	f.Add(zarrbenchData(4096, 3), uint8(2))
-	f.Add(bytes.Repeat([]byte{0x5a, 0xc3, 0x01}, 700), uint8(3))
+	// typesize is the seed's byte + 1: 2, 4 and 8 over 256 elements and
+	// more reach the vector kernels, 3 the byte-by-byte path.
+	f.Add(zarrbenchData(4096, 3), uint8(1))
+	f.Add(zarrbenchData(4096+3, 5), uint8(3))
+	f.Add(bytes.Repeat([]byte{0x5a, 0xc3, 0x01, 0x77}, 1024), uint8(7))
+	f.Add(bytes.Repeat([]byte{0x5a, 0xc3, 0x01}, 700), uint8(2))
 	f.Fuzz(func(t *testing.T, src []byte, typesize uint8) {
 		src = src[:min(len(src), 1<<13)] // the definition is slow; 8 KiB reach every path
 		ts := int(typesize%16) + 1
