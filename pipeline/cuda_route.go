@@ -41,6 +41,11 @@ func (e *cudaEngine) entries(j *job, c zarr.Compression, payload []byte, poff in
 	if streams == nil {
 		return nil, false
 	}
+	for _, st := range streams {
+		if int64(st.Size) > e.nvMax {
+			return nil, false // more than the decoders are sized for
+		}
+	}
 	ents := make([]nvEntry, len(streams))
 	for i, st := range streams {
 		ents[i] = nvEntry{job: j, in: poff + int64(st.Src), inLen: int64(st.Len), out: int64(st.Dst), size: int64(st.Size)}
@@ -76,11 +81,16 @@ func setShuffle(src *ptx.Source, h blosc.Header) {
 // on the way to the wave's copy, and on a 16-core H100 host CPU decoding
 // stalls now and then for 15-90 ms, which left the GPU idle 6-13% of the
 // time with a 2% share (BENCH.md, 2026-11-24 (4)).
+//
+// A zstd or LZ4 chunk larger than an nvCOMP entry may be (nvMax) stays on
+// the CPU; a blosc chunk's streams are checked when its header is read
+// (entries).
 func (e *cudaEngine) route(j *job) {
 	n := int64(j.layout.Bytes())
 	r := j.chunk.Codec.Route()
 	j.gpu = e.zstd != nil && r.Simple && !j.src.cpuOnly.Load() &&
-		(r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4 || r.Compression == zarr.CompressionBlosc)
+		(r.Compression == zarr.CompressionBlosc ||
+			(n <= e.nvMax && (r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4)))
 	if j.gpu {
 		j.slabCost = j.chunk.Length + int64(descEntries(j))*(jobDescBytes+statusBytes)
 		j.arenaCost = n
