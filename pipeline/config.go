@@ -138,7 +138,6 @@ const (
 	DefaultBatchSlots            = 3
 	DefaultZarrMetaCache         = 64
 	DefaultShardIndexCache       = 4096
-	DefaultMaxChunkBytes         = 8 << 20
 	DefaultMaxBytesPerElem       = 8
 	maxRank                      = 8
 )
@@ -228,7 +227,12 @@ type Config struct {
 	// ShardIndexCache is the capacity of the shard index LRU. Default 4096.
 	ShardIndexCache int
 	// MaxChunkBytes is the largest decoded chunk accepted; a larger chunk
-	// fails with ErrBudget naming it. Default 8 MiB.
+	// fails with ErrBudget naming it. 0 (the default): no cap of its own,
+	// the chunks of the arrays opened are sized as they are planned, and
+	// any chunk a wave's buffers hold is read (HostBufferBytes for its
+	// stored bytes, DeviceBufferBytes for its decoded ones: see the
+	// engines' split of them); a larger one fails with ErrBudget saying
+	// which of the two to raise, and to what. At most 2 GiB.
 	MaxChunkBytes int64
 	// MaxGPUMemoryBytes is a hard cap on the device memory the pipeline
 	// reserves (batch slots, wave buffers, decoder scratch, the chunk
@@ -387,11 +391,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ShardIndexCache < 1 {
 		return bad("ShardIndexCache", c.ShardIndexCache, "positive")
 	}
-	if c.MaxChunkBytes == 0 {
-		c.MaxChunkBytes = DefaultMaxChunkBytes
-	}
-	if c.MaxChunkBytes < 1 || c.MaxChunkBytes > 1<<31 {
-		return bad("MaxChunkBytes", c.MaxChunkBytes, "in 1..2 GiB")
+	if c.MaxChunkBytes < 0 || c.MaxChunkBytes > 1<<31 {
+		return bad("MaxChunkBytes", c.MaxChunkBytes, "0 (what the buffers hold) or in 1..2 GiB")
 	}
 	if c.MaxGPUMemoryBytes < 0 {
 		return bad("MaxGPUMemoryBytes", c.MaxGPUMemoryBytes, "0 (no cap) or positive")
@@ -440,6 +441,17 @@ func parseDevice(s string) (deviceKind, int, error) {
 		}
 	}
 	return 0, 0, errorf("new", ErrInvalid, "", "Config.Device = %q: must be \"\", \"cpu\", \"cuda\" or \"cuda:N\"", s)
+}
+
+// chunkLimit is the largest decoded chunk an engine of c (its buffers
+// filled in by withBuffers) may meet: MaxChunkBytes when set, else the
+// larger of its buffers; the plan checks each chunk against a wave's
+// share of them (cutWaves).
+func (c Config) chunkLimit() int64 {
+	if c.MaxChunkBytes > 0 {
+		return c.MaxChunkBytes
+	}
+	return min(max(c.HostBufferBytes, c.DeviceBufferBytes), 1<<31)
 }
 
 // withBuffers fills zero buffer sizes with the engine's defaults: the CUDA

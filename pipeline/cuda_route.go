@@ -41,6 +41,11 @@ func (e *cudaEngine) entries(j *job, c zarr.Compression, payload []byte, poff in
 	if streams == nil {
 		return nil, false
 	}
+	for _, st := range streams {
+		if int64(st.Size) > e.nvMax {
+			return nil, false // more than the decoders are sized for
+		}
+	}
 	ents := make([]nvEntry, len(streams))
 	for i, st := range streams {
 		ents[i] = nvEntry{job: j, in: poff + int64(st.Src), inLen: int64(st.Len), out: int64(st.Dst), size: int64(st.Size)}
@@ -75,11 +80,16 @@ func setShuffle(src *ptx.Source, h blosc.Header) {
 // The CPU takes no share of what nvCOMP may take: its decoding would lie
 // on the way to the wave's copy, and its occasional stalls left the GPU
 // idle (cmd/damacy/BENCH.md, "no CPU share of nvCOMP's chunks").
+//
+// A zstd or LZ4 chunk larger than an nvCOMP entry may be (nvMax) stays on
+// the CPU; a blosc chunk's streams are checked when its header is read
+// (entries).
 func (e *cudaEngine) route(j *job) {
 	n := int64(j.layout.Bytes())
 	r := j.chunk.Codec.Route()
 	j.gpu = e.zstd != nil && r.Simple && !j.src.cpuOnly.Load() &&
-		(r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4 || r.Compression == zarr.CompressionBlosc)
+		(r.Compression == zarr.CompressionBlosc ||
+			(n <= e.nvMax && (r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4)))
 	if j.gpu {
 		j.slabCost = j.chunk.Length + int64(descEntries(j))*(jobDescBytes+statusBytes)
 		j.arenaCost = n

@@ -22,6 +22,11 @@ const (
 	statusBytes  = 4       // per GPU chunk: nvCOMP status
 	opBytes      = int64(unsafe.Sizeof(ptx.Op{})) + 4
 	arenaGuard   = 1 << 20 // bytes after each arena that only overruns reach
+	// nvcompEntryBytes is the largest output of one nvCOMP entry (a zstd
+	// or LZ4 chunk, a blosc stream) when Config.MaxChunkBytes is 0: the
+	// decoders' temp space is sized for it. Larger zstd and LZ4 chunks,
+	// and blosc chunks with a larger stream, are decoded on the CPU.
+	nvcompEntryBytes = 8 << 20
 )
 
 // cudaEngine assembles batches in GPU memory. Per wave: IO workers pread the
@@ -42,6 +47,7 @@ type cudaEngine struct {
 	zstd      *nvcomp.Decoder
 	lz4       *nvcomp.Decoder
 	empty     cuda.DevicePtr // the one-byte empty LZ4 block that ptx.LZ4Check puts in place of a block that fails
+	nvMax     int64          // the largest output of one nvCOMP entry (see nvcompEntryBytes)
 	inAlign   int64          // nvCOMP's input alignment (outputs are 256-aligned)
 	copyS     cuda.Stream
 	decodeS   cuda.Stream
@@ -153,13 +159,21 @@ func (e *cudaEngine) setup(withNVCOMP bool, ph *phases) error {
 	}
 	slab := cfg.HostBufferBytes / cudaSlabs &^ 4095
 	arena := cfg.DeviceBufferBytes / cudaWaveBufs &^ 4095
-	if need := 2*align(cfg.MaxChunkBytes) + 1<<20; slab < need {
-		return errorf("new", ErrBudget, "", "Config.HostBufferBytes = %d gives %d-byte staging slabs, below the %d one chunk of Config.MaxChunkBytes = %d needs: raise it to at least %d or lower MaxChunkBytes", cfg.HostBufferBytes, slab, need, cfg.MaxChunkBytes, need*cudaSlabs)
+	// With Config.MaxChunkBytes set, the buffers must hold such a chunk
+	// (its stored and CPU-decoded bytes in a slab, its decoded bytes in an
+	// arena); at 0 the plan checks each chunk of the arrays opened.
+	if need := 2*align(cfg.MaxChunkBytes) + 1<<20; cfg.MaxChunkBytes > 0 && slab < need {
+		return errorf("new", ErrBudget, "", "Config.HostBufferBytes = %d gives %d-byte staging slabs, below the %d one chunk of Config.MaxChunkBytes = %d needs: raise Config.HostBufferBytes to at least %d, or lower Config.MaxChunkBytes (0: any chunk the buffers hold)", cfg.HostBufferBytes, slab, need, cfg.MaxChunkBytes, roundMiB(need*cudaSlabs))
 	}
-	if need := align(cfg.MaxChunkBytes); arena < need {
-		return errorf("new", ErrBudget, "", "Config.DeviceBufferBytes = %d gives %d-byte wave arenas, below one chunk of Config.MaxChunkBytes = %d: raise it to at least %d or lower MaxChunkBytes", cfg.DeviceBufferBytes, arena, cfg.MaxChunkBytes, need*cudaWaveBufs)
+	if need := align(cfg.MaxChunkBytes); cfg.MaxChunkBytes > 0 && arena < need {
+		return errorf("new", ErrBudget, "", "Config.DeviceBufferBytes = %d gives %d-byte wave arenas, below one chunk of Config.MaxChunkBytes = %d: raise Config.DeviceBufferBytes to at least %d, or lower Config.MaxChunkBytes (0: any chunk the buffers hold)", cfg.DeviceBufferBytes, arena, cfg.MaxChunkBytes, roundMiB(need*cudaWaveBufs))
 	}
-	e.lim = waveLimits{slab: slab, arena: arena, jobs: maxWaveJobs, ops: maxWaveOps, opCost: opBytes, readCap: 4 << 20, readGap: 64 << 10}
+	e.nvMax = min(int64(nvcompEntryBytes), arena)
+	if cfg.MaxChunkBytes > 0 {
+		e.nvMax = cfg.MaxChunkBytes
+	}
+	e.lim = waveLimits{slab: slab, arena: arena, jobs: maxWaveJobs, ops: maxWaveOps, opCost: opBytes, readCap: 4 << 20, readGap: 64 << 10,
+		slabs: cudaSlabs, arenas: cudaWaveBufs, hostBytes: cfg.HostBufferBytes, deviceBytes: cfg.DeviceBufferBytes}
 	// The guard after each arena catches what nvCOMP writes past a damaged
 	// zstd chunk's output (it reports the larger size, the status check
 	// fails the wave, and nothing outside the wave buffer is touched: not
@@ -172,7 +186,7 @@ func (e *cudaEngine) setup(withNVCOMP bool, ph *phases) error {
 	}
 	memBytes := cudaWaveBufs*bufSize + cacheBytes
 	if cfg.MaxGPUMemoryBytes > 0 && memBytes > cfg.MaxGPUMemoryBytes {
-		return errorf("new", ErrBudget, "", "wave buffers (%d bytes) and the chunk cache (%d) need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it, or lower DeviceBufferBytes / HostBufferBytes / ChunkCacheBytes", cudaWaveBufs*bufSize, cacheBytes, memBytes, cfg.MaxGPUMemoryBytes)
+		return errorf("new", ErrBudget, "", "wave buffers (%d bytes) and the chunk cache (%d) need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it, or lower Config.DeviceBufferBytes, Config.HostBufferBytes or Config.ChunkCacheBytes", cudaWaveBufs*bufSize, cacheBytes, memBytes, cfg.MaxGPUMemoryBytes)
 	}
 	e.inAlign = 1
 	err := e.ex.Do(func() error {
@@ -197,7 +211,7 @@ func (e *cudaEngine) setup(withNVCOMP bool, ph *phases) error {
 				}
 				e.inAlign = max(e.inAlign, int64(a.Input))
 			}
-			dc := nvcomp.DecoderConfig{Algorithm: nvcomp.Zstd, MaxChunks: maxWaveJobs, MaxChunkBytes: int(cfg.MaxChunkBytes), MaxTotalBytes: int(arena)}
+			dc := nvcomp.DecoderConfig{Algorithm: nvcomp.Zstd, MaxChunks: maxWaveJobs, MaxChunkBytes: int(e.nvMax), MaxTotalBytes: int(arena)}
 			if e.zstd, err = e.lib.NewDecoder(dc); err != nil {
 				return err
 			}
@@ -257,7 +271,7 @@ func (e *cudaEngine) setup(withNVCOMP bool, ph *phases) error {
 		return cudaError("new", err)
 	}
 	if cfg.MaxGPUMemoryBytes > 0 && e.committed > cfg.MaxGPUMemoryBytes {
-		return errorf("new", ErrBudget, "", "wave buffers, the chunk cache and nvCOMP scratch need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it, or lower DeviceBufferBytes / HostBufferBytes / ChunkCacheBytes", e.committed, cfg.MaxGPUMemoryBytes)
+		return errorf("new", ErrBudget, "", "wave buffers, the chunk cache and nvCOMP scratch need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it, or lower Config.DeviceBufferBytes, Config.HostBufferBytes or Config.ChunkCacheBytes", e.committed, cfg.MaxGPUMemoryBytes)
 	}
 	if e.lib != nil {
 		decoder = fmt.Sprintf("nvcomp %s + cpu", e.lib.Version)
@@ -320,7 +334,7 @@ func (e *cudaEngine) reserve(shape []int) error {
 	bytes := e.layout.Bytes()
 	total := e.committed + int64(e.cfg.BatchSlots)*bytes
 	if e.cfg.MaxGPUMemoryBytes > 0 && total > e.cfg.MaxGPUMemoryBytes {
-		return errorf("new", ErrBudget, "", "%d batch slots of %d bytes plus %d bytes of wave buffers, scratch and chunk cache need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it to at least %d, or lower HostBufferBytes (%d; two thirds of it are mirrored on the GPU), DeviceBufferBytes (%d), ChunkCacheBytes (%d) or BatchSlots", e.cfg.BatchSlots, bytes, e.committed, total, e.cfg.MaxGPUMemoryBytes, total, e.cfg.HostBufferBytes, e.cfg.DeviceBufferBytes, e.cfg.ChunkCacheBytes)
+		return errorf("new", ErrBudget, "", "%d batch slots of %d bytes plus %d bytes of wave buffers, scratch and chunk cache need %d bytes of GPU memory, above Config.MaxGPUMemoryBytes = %d: raise it to at least %d, or lower Config.HostBufferBytes (%d; two thirds of it are mirrored on the GPU), Config.DeviceBufferBytes (%d), Config.ChunkCacheBytes (%d) or Config.BatchSlots", e.cfg.BatchSlots, bytes, e.committed, total, e.cfg.MaxGPUMemoryBytes, total, e.cfg.HostBufferBytes, e.cfg.DeviceBufferBytes, e.cfg.ChunkCacheBytes)
 	}
 	slots := make([]*slot, e.cfg.BatchSlots)
 	err := e.ex.Do(func() error {

@@ -49,7 +49,7 @@ func newStages(cfg Config, stats *statsSink) (*stages, error) {
 		trace: tracer(cfg.Trace),
 	}
 	for range cfg.ComputeThreads {
-		d, err := zarr.NewDecoder(zarr.DecoderOptions{MaxChunkBytes: int(cfg.MaxChunkBytes)})
+		d, err := zarr.NewDecoder(zarr.DecoderOptions{MaxChunkBytes: int(cfg.chunkLimit())})
 		if err != nil {
 			s.closeDecoders()
 			return nil, newError("new", ErrInvalid, "", err)
@@ -269,10 +269,11 @@ func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
 		return nil, err
 	}
 	slab := cfg.HostBufferBytes / hostSlabs &^ 255
-	st.lim = waveLimits{slab: slab, arena: cfg.DeviceBufferBytes &^ 255, jobs: 1 << 16, readCap: min(4<<20, slab), readGap: 64 << 10}
+	st.lim = waveLimits{slab: slab, arena: cfg.DeviceBufferBytes &^ 255, jobs: 1 << 16, readCap: min(4<<20, slab), readGap: 64 << 10,
+		slabs: hostSlabs, arenas: 1, hostBytes: cfg.HostBufferBytes, deviceBytes: cfg.DeviceBufferBytes}
 	if need := align(cfg.MaxChunkBytes); st.lim.arena < need {
 		st.close()
-		return nil, errorf("new", ErrBudget, "", "Config.DeviceBufferBytes = %d cannot hold one chunk of Config.MaxChunkBytes = %d: raise it to at least %d or lower MaxChunkBytes", cfg.DeviceBufferBytes, cfg.MaxChunkBytes, need)
+		return nil, errorf("new", ErrBudget, "", "Config.DeviceBufferBytes = %d cannot hold one chunk of Config.MaxChunkBytes = %d: raise Config.DeviceBufferBytes to at least %d, or lower Config.MaxChunkBytes (0: any chunk the buffers hold)", cfg.DeviceBufferBytes, cfg.MaxChunkBytes, need)
 	}
 	stats.update(func(s *Stats) { s.Engine, s.Decoder = "host", "cpu" })
 	cfg.Logger.Info("damacy: host engine: batches in host memory, chunks decoded on the CPU", "workers", cfg.ComputeThreads)

@@ -155,7 +155,30 @@ type waveLimits struct {
 	opCost      int64 // staging bytes each copy op takes (its descriptor), 0 on the host engine
 	readCap     int64 // largest coalesced read
 	readGap     int64 // largest gap bridged when coalescing
+
+	// How the engine splits Config.HostBufferBytes (hostBytes) into
+	// slabs and DeviceBufferBytes (deviceBytes) into arenas: what a
+	// budget error says to raise them to (hostNeed, deviceNeed).
+	slabs, arenas          int64
+	hostBytes, deviceBytes int64
 }
+
+// hostNeed is the Config.HostBufferBytes that gives a wave a slab of at
+// least slab bytes: each of the slabs loses to alignment and reservations
+// what it loses now. Rounded up to a MiB.
+func (l waveLimits) hostNeed(slab int64) int64 {
+	k := max(l.slabs, 1)
+	return roundMiB(k * (slab + max(l.hostBytes/k-l.slab, 0)))
+}
+
+// deviceNeed is the Config.DeviceBufferBytes that gives a wave an arena
+// of at least arena bytes, rounded up to a MiB.
+func (l waveLimits) deviceNeed(arena int64) int64 {
+	k := max(l.arenas, 1)
+	return roundMiB(k * (arena + max(l.deviceBytes/k-l.arena, 0)))
+}
+
+func roundMiB(n int64) int64 { return (n + 1<<20 - 1) &^ (1<<20 - 1) }
 
 // align rounds n up to a multiple of 256 (every placement in slabs and
 // arenas is 256-aligned, more than any decoder or kernel needs).
@@ -189,9 +212,9 @@ func planBatch(m *metaCache, req *batchReq, maxChunk int64, loc func(*source) za
 		for _, zj := range zb.Jobs[zb.Add(n, src, zp):] {
 			c := zj.Chunk
 			l := c.Codec.Layout()
-			if int64(l.Bytes()) > maxChunk {
+			if maxChunk > 0 && int64(l.Bytes()) > maxChunk {
 				return nil, sampleError(req, n, errorf("plan", ErrBudget, s.URI,
-					"chunk %s@%d decodes to %d bytes, above Config.MaxChunkBytes = %d", c.Key, c.Offset, l.Bytes(), maxChunk))
+					"chunk %s@%d decodes to %d bytes, above Config.MaxChunkBytes = %d: raise it to at least %d, or set it to 0 (any chunk the buffers hold)", c.Key, c.Offset, l.Bytes(), maxChunk, l.Bytes()))
 			}
 			j := &job{src: src, chunk: c, layout: l, psrc: plan.Source(src.dtype, l)}
 			route(j)
@@ -316,10 +339,12 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits, carry *wave) error
 		j := bp.jobs[ji]
 		slab, arena := align(j.slabCost)+int64(uses[ji])*lim.opCost, align(j.arenaCost)
 		if slab > lim.slab || (len(bp.waves) == 0 && carry == nil && slab+int64(fills)*lim.opCost > lim.slab) {
-			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d needs %d staging bytes, a wave has %d: raise Config.HostBufferBytes", j.chunk.Key, j.chunk.Offset, slab, lim.slab)
+			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d needs %d staging bytes, a wave has %d of Config.HostBufferBytes = %d: raise Config.HostBufferBytes to at least %d",
+				j.chunk.Key, j.chunk.Offset, slab, lim.slab, lim.hostBytes, lim.hostNeed(slab+int64(fills)*lim.opCost))
 		}
 		if arena > lim.arena {
-			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d needs %d decode bytes, a wave has %d: raise Config.DeviceBufferBytes", j.chunk.Key, j.chunk.Offset, arena, lim.arena)
+			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d needs %d bytes of decode memory, a wave has %d of Config.DeviceBufferBytes = %d: raise Config.DeviceBufferBytes to at least %d",
+				j.chunk.Key, j.chunk.Offset, arena, lim.arena, lim.deviceBytes, lim.deviceNeed(arena))
 		}
 		if uses[ji] > opsLim {
 			return errorf("plan", ErrBudget, j.src.uri, "chunk %s@%d is used by %d copy ops, a wave takes %d", j.chunk.Key, j.chunk.Offset, uses[ji], opsLim)

@@ -13,8 +13,8 @@ import (
 
 var cmdBench = &command{
 	name:  "bench",
-	usage: "bench [--json] [--drop-cache] [--duration D] [--compare] [--trace FILE] [--profile FILE] [--data DIR|URI] [--link RTT,RATE] [--boxes-out FILE] [--gets-out FILE] [flags] SCENARIO.json",
-	short: "run a benchmark scenario and report throughput, stages and ceilings",
+	usage: "bench [--json] [--drop-cache] [--duration D] [--compare] [--trace FILE] [--profile FILE] [--data DIR|URI] [--link RTT,RATE] [--boxes-out FILE] [--gets-out FILE] [--boxes chunks|SHAPE] [flags] SCENARIO.json|ARRAY",
+	short: "run a benchmark scenario, or read an array, and report throughput, stages and ceilings",
 	long: `Bench runs a scenario: it generates the dataset if it is absent (as 'damacy
 gen' does), draws the boxes from the run's seed, streams the warm-up
 batches, resets the statistics, streams the measured batches (sleeping
@@ -126,11 +126,28 @@ nvCOMP decode and assembly, placed on the host clock from CUDA events).
 process: the pipeline's workers and the harness) for go tool pprof.
 
 SCENARIO is a file or a built-in name: ` + strings.Join(bench.BuiltinNames(), ", ") + `.
+The zarrbench-* scenarios mirror the arrays of the public zarr benchmark
+(LDeakin/zarr_benchmarks) and read them chunk by chunk.
+
+ARRAY, a local directory holding a zarr array or an OME-NGFF image (its
+level --level), is read as it is, with the default configuration and f32
+out: "how fast on my data?". By default every chunk is read once, one box
+per chunk of its chunk grid (its shards when sharded), 4 per batch, no
+warm-up; --boxes SHAPE reads random boxes of that shape instead, as many
+batches as hold the array's voxels once (or --batches).
+
+--boxes chunks reads every chunk once (run.boxes chunks); --boxes SHAPE
+(say 128,128,128) random boxes of that shape. --batch-size, --batches,
+--warmup and --dtype override the run's fields.
 
 ` + bench.ScenarioHelp + `
 
 Examples:
   damacy bench smoke
+  damacy bench zarrbench-sharded
+  damacy bench --boxes 128,128,128 zarrbench-compressed
+  damacy bench /data/my-image.ome.zarr
+  damacy bench --boxes 64,256,256 --batch-size 8 --batches 100 --engine host /data/my-array.zarr
   damacy bench --drop-cache --json --boxes-out boxes.json throughput
   damacy bench --duration 20m --json throughput > soak.json
   damacy bench epochs
@@ -160,15 +177,33 @@ Examples:
 		keep := fs.Bool("keep", false, "override run.keep: keep each batch until the next one is popped, as a training loop keeps its tensor until its next step")
 		slots := fs.Int("batch-slots", 0, "override run.batch_slots (0: the scenario's)")
 		fs.DurationVar(&o.Duration, "duration", 0, "stream the measured batches for this long instead of the scenario's count, sampling memory and throughput every second")
+		var ov bench.RunOverrides
+		fs.StringVar(&ov.Boxes, "boxes", "", "chunks: read every chunk once, one box per chunk; or a box shape (128,128,128): random boxes of that shape")
+		fs.IntVar(&ov.BatchSize, "batch-size", 0, "override run.batch_size (an array: 4)")
+		fs.IntVar(&ov.Batches, "batches", 0, "override run.batches: measured batches")
+		fs.IntVar(&ov.Warmup, "warmup", -1, "override run.warmup: batches popped before the measured ones")
+		fs.StringVar(&ov.Dtype, "dtype", "", "override run.dtype: f32 or bf16")
+		level := fs.Int("level", 0, "an OME-NGFF image ARRAY: the multiscale level read")
 		return func(ctx context.Context, e *env, args []string) error {
 			if len(args) != 1 {
-				return usagef("want one scenario, got %d arguments", len(args))
+				return usagef("want one scenario or array, got %d arguments", len(args))
 			}
 			if o.Duration < 0 || (o.Duration > 0 && o.Duration < time.Second) {
 				return usagef("--duration %v: want at least 1s (0: the scenario's batch count)", o.Duration)
 			}
-			sc, err := bench.LoadScenario(args[0])
+			var sc *bench.Scenario
+			var err error
+			if bench.IsArray(args[0]) {
+				sc, err = bench.ArrayScenario(args[0], *level)
+			} else if *level != 0 {
+				return usagef("--level applies to an OME-NGFF image, not to scenario %s", args[0])
+			} else {
+				sc, err = bench.LoadScenario(args[0])
+			}
 			if err != nil {
+				return err
+			}
+			if err := sc.Override(ov); err != nil {
 				return err
 			}
 			if o.Compare && !sc.Comparable() {

@@ -56,7 +56,7 @@ var usageTests = []usageTest{
 	{[]string{"gen", "--shape", "1,x", "smoke", "d"}, `invalid value "1,x" for flag -shape`},
 	{[]string{"gen", "--entropy", "2", "smoke", "d"}, "dataset.entropy: 2: must be in [0, 1] (after the flags)"},
 	{[]string{"gen", "--chunk", "32,128", "smoke", "d"}, "dataset.chunk: has 2 axes; dataset.shape has 3"},
-	{[]string{"bench"}, "want one scenario, got 0"},
+	{[]string{"bench"}, "want one scenario or array, got 0"},
 	{[]string{"bench", "--nosuch", "smoke"}, "flag provided but not defined: -nosuch"},
 	{[]string{"bench", "--engine", "tpu", "smoke"}, `--engine "tpu"`},
 	{[]string{"bench", "--io-concurrency", "-1", "smoke"}, "--io-concurrency -1: must be in 1..4096"},

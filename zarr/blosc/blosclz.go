@@ -29,6 +29,15 @@ var errBloscLZ = errors.New("blosclz")
 
 // decodeBloscLZ decodes the blosclz stream src into dst, which the stream
 // must fill exactly.
+//
+// Tokens far enough from the ends of src and dst take a fast path that
+// copies in whole words: a literal run as 32 bytes; a match of distance 8
+// or more, up to 64 bytes long, in steps of 8 (each step reads bytes the
+// ones before wrote, as a byte-by-byte copy would); a match of a shorter
+// distance, a repeat of a short pattern, likewise from a multiple of its
+// distance back. They write up to 31 bytes past the token's end, which
+// later tokens overwrite. c-blosc's streams of shuffled data are mostly
+// such short tokens, for which a call to copy costs more than the copy.
 func decodeBloscLZ(dst, src []byte) error {
 	if len(src) == 0 {
 		return fmt.Errorf("%w: empty stream", errBloscLZ)
@@ -38,13 +47,21 @@ func decodeBloscLZ(dst, src []byte) error {
 	for {
 		if ctrl < 32 {
 			n := ctrl + 1
-			if n > len(src)-ip {
-				return fmt.Errorf("%w: literal run of %d at input %d overruns the stream", errBloscLZ, n, ip)
+			if len(src)-ip >= 32 && len(dst)-op >= 32 {
+				s, d := src[ip:ip+32], dst[op:op+32]
+				binary.LittleEndian.PutUint64(d, binary.LittleEndian.Uint64(s))
+				binary.LittleEndian.PutUint64(d[8:], binary.LittleEndian.Uint64(s[8:]))
+				binary.LittleEndian.PutUint64(d[16:], binary.LittleEndian.Uint64(s[16:]))
+				binary.LittleEndian.PutUint64(d[24:], binary.LittleEndian.Uint64(s[24:]))
+			} else {
+				if n > len(src)-ip {
+					return fmt.Errorf("%w: literal run of %d at input %d overruns the stream", errBloscLZ, n, ip)
+				}
+				if n > len(dst)-op {
+					return fmt.Errorf("%w: literal run of %d at output %d overruns %d bytes", errBloscLZ, n, op, len(dst))
+				}
+				copy(dst[op:], src[ip:ip+n])
 			}
-			if n > len(dst)-op {
-				return fmt.Errorf("%w: literal run of %d at output %d overruns %d bytes", errBloscLZ, n, op, len(dst))
-			}
-			copy(dst[op:], src[ip:ip+n])
 			ip += n
 			op += n
 		} else {
@@ -81,7 +98,28 @@ func decodeBloscLZ(dst, src []byte) error {
 			if length > len(dst)-op {
 				return fmt.Errorf("%w: match of %d at output %d overruns %d bytes", errBloscLZ, length, op, len(dst))
 			}
-			copyMatch(dst, op, dist, length)
+			switch from := op - dist; {
+			case len(dst)-op < length+16 || (dist >= 8 && length > 64):
+				copyMatch(dst, op, dist, length)
+			case dist >= 8:
+				for i := 0; i < length; i += 8 {
+					binary.LittleEndian.PutUint64(dst[op+i:], binary.LittleEndian.Uint64(dst[from+i:]))
+				}
+			default:
+				// A repeat of a short pattern: its first 16 bytes one by
+				// one, then words from step bytes back, step the
+				// smallest multiple of dist of at least 8 (the pattern
+				// repeats every step bytes, and a word read there was
+				// written before).
+				d := dst[from : op+16]
+				for i := range 16 {
+					d[dist+i] = d[i]
+				}
+				step := (8 + dist - 1) / dist * dist
+				for i := step; i < length; i += 8 {
+					binary.LittleEndian.PutUint64(dst[op+i:], binary.LittleEndian.Uint64(dst[op+i-step:]))
+				}
+			}
 			op += length
 		}
 		if ip >= len(src) {
@@ -115,8 +153,9 @@ func copyMatch(dst []byte, op, dist, length int) {
 const blosclzTableBits = 14
 
 // encodeBloscLZ compresses src into dst with a greedy hash-chain-free LZ77
-// search and returns the compressed length, or 0 if the output would not be
-// shorter than len(dst). table is scratch.
+// search for matches of at least 5 bytes, and returns the compressed
+// length, or 0 if the output would not be shorter than len(dst). table is
+// scratch.
 func encodeBloscLZ(dst, src []byte, table *[1 << blosclzTableBits]int32) int {
 	clear(table[:])
 	// Matches stop short of the last byte, so the stream ends with a
@@ -137,8 +176,13 @@ func encodeBloscLZ(dst, src []byte, table *[1 << blosclzTableBits]int32) int {
 		for i+length < limit && src[cand+length] == src[i+length] {
 			length++
 		}
-		if dist > blosclzNear && length < 5 {
-			i++ // a far match this short saves nothing
+		if length < 5 {
+			// A far match this short saves nothing, a near one little,
+			// and taking it loses longer ones in the literals after
+			// it: on bit-shuffled data (the zarr benchmark's 32^3
+			// chunks) streams come out a quarter shorter, about as
+			// short as c-blosc's at level 9.
+			i++
 			continue
 		}
 		if op = emitLiterals(dst, op, src[lit:i]); op < 0 {

@@ -104,13 +104,18 @@ func (d *Decoder) decode(dst, src []byte, unshuffle bool) (int, error) {
 		}
 		return h.Nbytes, nil
 	}
-	// Decode each block into scratch, then unshuffle it into place.
+	// Decode each block into scratch and unshuffle it into place; a bit
+	// shuffled block is decoded in place and unshuffled through scratch.
 	bp := d.block(h.Blocksize)
 	defer d.scratch.Put(bp)
 	tmp := *bp
 	err = walk(src, h, func(s Stream) error {
 		start := s.Block * h.Blocksize
-		if err := d.stream(tmp[s.Dst-start:s.Dst-start+s.Size], src[s.Src:s.Src+s.CSize], h, s); err != nil {
+		out := tmp[s.Dst-start : s.Dst-start+s.Size]
+		if shuffle == BitShuffle {
+			out = dst[s.Dst : s.Dst+s.Size]
+		}
+		if err := d.stream(out, src[s.Src:s.Src+s.CSize], h, s); err != nil {
 			return err
 		}
 		end := min(start+h.Blocksize, h.Nbytes)
@@ -120,7 +125,7 @@ func (d *Decoder) decode(dst, src []byte, unshuffle bool) (int, error) {
 		if shuffle == ByteShuffle {
 			unshuffleBlock(dst[start:end], tmp[:end-start], h.Typesize)
 		} else {
-			bitUnshuffleBlock(dst[start:end], tmp[:end-start], h.Typesize)
+			bitUnshuffleBlock(dst[start:end], dst[start:end], tmp, h.Typesize)
 		}
 		return nil
 	})

@@ -121,6 +121,10 @@ func checkDecodes(t *testing.T, name string, frame, raw []byte) {
 		t.Errorf("%s: Decode = %d bytes, differing from the %d input bytes at %d", name, n, len(raw), firstDiff(dst[:n], raw))
 		return
 	}
+	if former, err := formerDecode(frame); err != nil || !bytes.Equal(former, raw) {
+		t.Errorf("%s: the former decoders: %v, differ from the input at %d", name, err, firstDiff(former, raw))
+		return
+	}
 	f, err := Parse(frame)
 	if err != nil {
 		t.Errorf("%s: Parse: %v", name, err)

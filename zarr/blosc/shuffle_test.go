@@ -47,7 +47,8 @@ func refBitUnshuffle(src []byte, ts int) []byte {
 func TestShuffleBlocks(t *testing.T) {
 	rng := testRNG(t)
 	for ts := 1; ts <= 20; ts++ {
-		for _, size := range []int{0, 1, ts - 1, ts, 7 * ts, 8 * ts, 8*ts + 1, 64 * ts, 64*ts + ts - 1, 72 * ts, 1000, 4096 + 3} {
+		for _, size := range []int{0, 1, ts - 1, ts, 7 * ts, 8 * ts, 8*ts + 1, 64 * ts, 64*ts + ts - 1, 72 * ts, 1000, 4096 + 3,
+			256 * ts, 256*ts + ts - 1, 288 * ts, 1032 * ts, 4096*ts + 1} {
 			src := randomData(rng, size)
 			got := make([]byte, size)
 			unshuffleBlock(got, src, ts)
@@ -59,9 +60,20 @@ func TestShuffleBlocks(t *testing.T) {
 			if !bytes.Equal(back, src) {
 				t.Errorf("shuffleBlock(unshuffleBlock(%d bytes, typesize %d)) is not the identity", size, ts)
 			}
-			bitUnshuffleBlock(got, src, ts)
-			if want := refBitUnshuffle(src, ts); !bytes.Equal(got, want) {
+			want := refBitUnshuffle(src, ts)
+			bitUnshuffleBlock(got, src, make([]byte, size), ts)
+			if !bytes.Equal(got, want) {
 				t.Errorf("bitUnshuffleBlock(%d bytes, typesize %d) differs from the definition at %d", size, ts, firstDiff(got, want))
+			}
+			old := make([]byte, size)
+			bitUnshuffleRef(old, src, ts)
+			if !bytes.Equal(got, old) {
+				t.Errorf("bitUnshuffleBlock(%d bytes, typesize %d) differs from the former implementation at %d", size, ts, firstDiff(got, old))
+			}
+			inPlace := bytes.Clone(src)
+			bitUnshuffleBlock(inPlace, inPlace, make([]byte, size), ts)
+			if !bytes.Equal(inPlace, want) {
+				t.Errorf("bitUnshuffleBlock(%d bytes, typesize %d) in place differs from the definition at %d", size, ts, firstDiff(inPlace, want))
 			}
 			bitShuffleBlock(back, got, ts)
 			if !bytes.Equal(back, src) {
@@ -109,17 +121,19 @@ func TestTransposeBits8(t *testing.T) {
 		for k := range r {
 			r[k] = rng.Uint64()
 		}
+		// Word k holds bit k of the bytes of elements 8j+m (bit m of its
+		// byte j); word j of the result holds their bytes (byte m).
 		for k := range 8 {
-			for g := range 8 {
-				for j := range 8 {
-					want[j] |= (r[k] >> (8*g + j) & 1) << (8*g + k)
+			for j := range 8 {
+				for m := range 8 {
+					want[j] |= (r[k] >> (8*j + m) & 1) << (8*m + k)
 				}
 			}
 		}
-		got := r
-		transposeBitLanes(&got)
+		var got [8]uint64
+		got[0], got[1], got[2], got[3], got[4], got[5], got[6], got[7] = transposeRows(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
 		if got != want {
-			t.Fatalf("transposeBitLanes(%x) = %x, want %x", r, got, want)
+			t.Fatalf("transposeRows(%x) = %x, want %x", r, got, want)
 		}
 	}
 	if got := transposeBits8(0x8040201008040201); got != 0x8040201008040201 || bits.OnesCount64(transposeBits8(0xff)) != 8 {

@@ -120,7 +120,7 @@ def main():
     data = args.data or spec["dataset_dir"]
     arrays = [
         ts.open(
-            {"driver": "zarr3", "kvstore": kvstore(data, "%s/%d" % (a, spec["level"]), args.s3_endpoint)},
+            {"driver": "zarr3", "kvstore": kvstore(data, a if spec.get("plain") else "%s/%d" % (a, spec["level"]), args.s3_endpoint)},
             context=ctx,
             read=True,
         ).result()

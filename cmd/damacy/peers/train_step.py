@@ -48,6 +48,13 @@ GPU memory of the trainer (torch's peak reserved) and of the loader (the
 device memory that appeared when it started). ``--device cpu`` runs every
 mode on the CPU (damacy's host engine, f32 images): that is how CI checks
 that each mode trains and its loss falls (tests/test_train_step.py).
+
+``--ranks N`` runs each mode under torchrun, one process per rank (NCCL and
+LOCAL_RANK's GPU, or gloo on the CPU), the model in DistributedDataParallel:
+damacy's sampler splits each epoch's draws by rank, MONAI's DataLoader takes
+a DistributedSampler, the ceiling slices crops of its own on each rank's
+GPU. Every rank's row is reported, its % against that rank's own ceiling;
+the loader's cores are each rank's server or workers.
 """
 
 from __future__ import annotations
@@ -244,14 +251,16 @@ def monai_feed(images: List[str], args: argparse.Namespace, dev: Any, dtype: Any
             NormalizeIntensityd("image", subtrahend=MEAN, divisor=STD),
         ]
     ).set_random_state(seed=args.seed)
-    n = args.batch_size * (args.steps + args.warmup + 8)
+    n = args.batch_size * (args.steps + args.warmup + 8) * int(os.environ.get("WORLD_SIZE", 1))
     data = [{"image": images[i % len(images)], "index": i % len(images)} for i in range(n)]
     ds = monai.data.Dataset(data, transform=transform)
     cuda = dev.type == "cuda"
+    ddp = "WORLD_SIZE" in os.environ
     dl = monai.data.DataLoader(  # torch's, with MONAI's per-worker seeding
         ds,
         batch_size=args.batch_size,
-        shuffle=True,
+        shuffle=not ddp,
+        sampler=torch.utils.data.distributed.DistributedSampler(ds) if ddp else None,
         num_workers=args.workers,
         persistent_workers=args.workers > 0,
         pin_memory=cuda,
@@ -291,17 +300,28 @@ def device_used(torch: Any, dev: Any) -> int:
     return total - free
 
 
-def run_one(mode: str, model_name: str, args: argparse.Namespace) -> Dict[str, Any]:
+def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """Trains model_name fed by mode; its row, or under torchrun every
+    rank's (on rank 0; the others return none)."""
     import torch
     from monai.losses import DiceCELoss
     from monai.networks.nets import UNet
 
     cuda = args.device == "cuda"
+    distributed = "WORLD_SIZE" in os.environ  # under torchrun
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    if distributed:
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
     torch.manual_seed(args.seed)
+    args.seed += rank  # each rank its own crops (damacy's sampler splits the draws by rank itself)
     images = ensure_dataset(args.data, args.scenario)
-    info: Dict[str, Any] = {"mode": mode, "model": model_name, "device": args.device}
+    info: Dict[str, Any] = {"mode": mode, "model": model_name, "device": args.device, "rank": rank, "world": world}
     if cuda:
         torch.cuda.init()
         torch.zeros(1, device=dev)  # the trainer's context first
@@ -314,6 +334,11 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> Dict[str, A
         torch.cuda.synchronize(dev)
     info["loader_gpu_bytes"] = device_used(torch, dev) - used0 if mode != "ceiling" else 0
     model = UNet(spatial_dims=3, in_channels=1, out_channels=CLASSES, **MODELS[model_name]).to(dev)
+    if distributed:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(model, device_ids=[dev.index] if cuda else None)
+        dist.barrier()
     loss_fn = DiceCELoss(to_onehot_y=True, softmax=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     losses: List[Any] = []
@@ -373,7 +398,12 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> Dict[str, A
             trainer_gpu_bytes=int(torch.cuda.max_memory_reserved(dev)),
         )
     feed.close()
-    return info
+    if distributed:
+        rows: List[Any] = [None] * world
+        dist.all_gather_object(rows, info)
+        dist.destroy_process_group()
+        return rows if rank == 0 else []
+    return [info]
 
 
 # -- the driver ----------------------------------------------------------------
@@ -389,8 +419,9 @@ def table(rows: List[Dict[str, Any]]) -> str:
             out.append(f"| {r['model']} | {r['mode']} | failed: {r['error']} |")
             continue
         gib = lambda v: f"{v / 2**30:.2f}" if v is not None else "-"  # noqa: E731
+        who = r["mode"] if r.get("world", 1) == 1 else f"{r['mode']} rank {r['rank']}"
         out.append(
-            f"| {r['model']} | {r['mode']} | {r['steps_per_s']:.2f} | {r['samples_per_s']:.1f} | "
+            f"| {r['model']} | {who} | {r['steps_per_s']:.2f} | {r['samples_per_s']:.1f} | "
             f"{r.get('of_ceiling_pct', float('nan')):.1f}% | {r.get('step_gpu_ms', float('nan')):.1f} | "
             f"{r.get('idle_pct', float('nan')):.1f}% | {r['trainer_cores']:.2f} | {r['loader_cores']:.2f} | "
             f"{gib(r.get('trainer_gpu_bytes'))} | {gib(r.get('loader_gpu_bytes'))} | {r['loss_first']:.3f} -> {r['loss_last']:.3f} |"
@@ -412,6 +443,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", choices=["cuda", "cpu"], default=None)
+    ap.add_argument("--ranks", type=int, default=1, help="ranks under torchrun (one process per rank; NCCL on GPUs, gloo on the CPU)")
     ap.add_argument("--json", help="write the rows here too")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # MODE,MODEL: run one in this process
     args = ap.parse_args()
@@ -421,25 +453,30 @@ def main() -> None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.one:
         mode, model = args.one.split(",")
-        print("ROW " + json.dumps(run_one(mode, model, args)), flush=True)
+        for row in run_one(mode, model, args):
+            print("ROW " + json.dumps(row), flush=True)
         return
     ensure_dataset(args.data, args.scenario)
     rows: List[Dict[str, Any]] = []
     keep = ("data", "scenario", "steps", "warmup", "batch_size", "box", "workers", "lr", "seed", "device")
     base = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in keep]
+    launch = [sys.executable]
+    if args.ranks > 1:  # one process per rank, as a training job runs
+        launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.ranks}"]
     for model in args.models.split(","):
-        ceiling = None
+        ceiling: Dict[int, float] = {}
         for mode in args.modes.split(","):
-            p = subprocess.run([sys.executable, __file__, *base, "--one", f"{mode},{model}"], stdout=subprocess.PIPE, text=True)
-            row = next((json.loads(line[4:]) for line in p.stdout.splitlines() if line.startswith("ROW ")), None)
-            if row is None:
-                row = {"mode": mode, "model": model, "error": f"exit {p.returncode}"}
-            elif mode == "ceiling":
-                ceiling = row["steps_per_s"]
-            if ceiling and "error" not in row:
-                row["of_ceiling_pct"] = 100.0 * row["steps_per_s"] / ceiling
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
+            p = subprocess.run([*launch, __file__, *base, "--one", f"{mode},{model}"], stdout=subprocess.PIPE, text=True)
+            got = [json.loads(line[4:]) for line in p.stdout.splitlines() if line.startswith("ROW ")]
+            if p.returncode != 0 or not got:
+                got = [{"mode": mode, "model": model, "rank": 0, "error": f"exit {p.returncode}"}]
+            for row in got:
+                if mode == "ceiling" and "error" not in row:
+                    ceiling[row["rank"]] = row["steps_per_s"]
+                if row.get("rank") in ceiling and "error" not in row:
+                    row["of_ceiling_pct"] = 100.0 * row["steps_per_s"] / ceiling[row["rank"]]
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:

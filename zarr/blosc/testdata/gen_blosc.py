@@ -7,7 +7,8 @@ manifest.json, a list of {name, writer, cname, clevel, shuffle, typesize,
 blocksize, nbytes}. Every cname (snappy through tensorstore, whose c-blosc
 has it; numcodecs' has not), every shuffle, typesizes 1, 2, 3, 4, 8, 16,
 requested blocksizes that leave partial last blocks, inputs shorter than
-128 bytes, and incompressible, smooth and long-distance-repeat data.
+128 bytes, and incompressible, smooth and long-distance-repeat data, and
+the public zarr benchmark's values.
 """
 
 import json
@@ -40,6 +41,13 @@ def data(rng, kind, nbytes, typesize):
         while len(out) < nbytes:
             out += snippet + ramp
         return bytes(out[:nbytes])
+    if kind == "zarrbench":
+        # The public zarr benchmark's uint16 values, (x + y^2/32 + z^3) %
+        # 65536, over planes of 256 x 256 from a random z.
+        n = nbytes // 2
+        i = np.arange(n, dtype=np.int64)
+        z, y, x = i // 65536 + int(rng.integers(0, 1024)), i // 256 % 256, i % 256
+        return ((x + y * y // 32 + z**3) % 65536).astype("<u2").tobytes()
     raise ValueError(kind)
 
 
@@ -78,6 +86,11 @@ def main():
         cases.append((cname, 0, 1, "far", 40000, 0, 5))
         cases.append((cname, 0, 1, "far", 40000, 0, 9))
         cases.append((cname, 1, 4, "smooth", 300000, 0, 5))
+        # The zarr benchmark's chunks: 32^3 and 16 planes of 256^2, with
+        # its codec (bit shuffle, level 9) and byte shuffle.
+        for shuffle in [1, 2]:
+            cases.append((cname, shuffle, 2, "zarrbench", 65536, 0, 9))
+            cases.append((cname, shuffle, 2, "zarrbench", 2 << 20, 0, 9))
     for cname, shuffle, typesize, kind, nbytes, blocksize, clevel in cases:
         raw = data(rng, kind, nbytes, typesize)
         codec = Blosc(cname=cname, clevel=clevel, shuffle=shuffle, blocksize=blocksize)

@@ -18,10 +18,11 @@ import (
 // peers (cmd/damacy/peers) to read the same boxes.
 type boxSet struct {
 	Scenario    string      `json:"scenario"`
-	DatasetDir  string      `json:"dataset_dir"` // absolute path, or the remote dataset's URI
-	Arrays      []string    `json:"arrays"`      // image group paths, relative to dataset_dir
-	Level       int         `json:"level"`       // the multiscale level read (its array is <image>/<level>)
-	DataTypes   []string    `json:"data_types"`  // per array
+	DatasetDir  string      `json:"dataset_dir"`     // absolute path, or the remote dataset's URI
+	Arrays      []string    `json:"arrays"`          // image group paths, relative to dataset_dir
+	Level       int         `json:"level"`           // the multiscale level read (its array is <image>/<level>)
+	Plain       bool        `json:"plain,omitempty"` // arrays are zarr arrays, read as they are (damacy bench ARRAY): no level
+	DataTypes   []string    `json:"data_types"`      // per array
 	SampleShape []int64     `json:"sample_shape"`
 	BatchSize   int         `json:"batch_size"`
 	Warmup      int         `json:"warmup"`  // batches
@@ -139,9 +140,13 @@ func (bs *boxSet) draw(ctx context.Context, sc *Scenario) error {
 		bs.stream, bs.Sampler = st, "foreground"
 	}
 	next := bs.stream()
-	bs.Samples = make([]boxSample, (sc.Run.Warmup+sc.Run.Batches)*sc.Run.BatchSize)
+	warm := sc.Run.Warmup * sc.Run.BatchSize
+	bs.Samples = make([]boxSample, warm+sc.passSamples())
 	bs.foreground = 0
 	for i := range bs.Samples {
+		if i == warm && sc.Run.chunked() {
+			next = bs.stream() // the pass reads every chunk from the first
+		}
 		var fg bool
 		bs.Samples[i], fg = next()
 		if fg {
@@ -171,9 +176,16 @@ func newBoxSet(sc *Scenario, dir string, rd *remoteData, samples []boxSample) (*
 		Dtype: srcs[0].dtype.String(), Samples: samples, remote: rd,
 		Sampler: "uniform", stream: uniformStream(sc),
 	}
+	if sc.Run.chunked() {
+		bs.Sampler, bs.stream = BoxesChunks, chunkStream(sc)
+	}
 	bs.index = map[string]int{}
 	for i := range sc.Dataset.Arrays {
-		bs.Arrays = append(bs.Arrays, ArrayName(i))
+		name := ArrayName(i)
+		if ad := sc.array; ad != nil {
+			name, bs.Level, bs.Plain = filepath.Base(ad.path), ad.level, !ad.image
+		}
+		bs.Arrays = append(bs.Arrays, name)
 		bs.DataTypes = append(bs.DataTypes, sc.Dataset.Dtype.At(i))
 		bs.index[bs.uri(boxSample{Array: i})] = i
 	}
@@ -219,6 +231,9 @@ func (bs *boxSet) level(i int) (*zarr.Array, error) { return bs.levelAt(i, "") }
 // levelAt opens the array read at rel (a source's path) relative to
 // image i.
 func (bs *boxSet) levelAt(i int, rel string) (*zarr.Array, error) {
+	if bs.Plain {
+		return zarr.Open(filepath.Join(bs.DatasetDir, bs.Arrays[i], rel))
+	}
 	var m *zarr.Multiscale
 	var err error
 	if bs.remote != nil {

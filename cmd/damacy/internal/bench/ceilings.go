@@ -343,7 +343,7 @@ func prepareAssemble(ctx context.Context, rg *rig, rp *replanned, bs *boxSet, k 
 	at := make([]int64, len(zb.Jobs))
 	var arena int64
 	samples, jobs := 0, 0
-	for samples < bs.BatchSize {
+	for samples < len(bs.measuredBatch(0)) { // a ragged batch (run.boxes chunks) has fewer
 		end, add := jobs, int64(0)
 		for ; end < len(zb.Jobs) && zb.Jobs[end].Sample == samples; end++ {
 			add += alignUp(int64(zb.Jobs[end].Chunk.Codec.Layout().Bytes()), 64)

@@ -100,8 +100,8 @@ func ensureDataset(ctx context.Context, e Env, d *DatasetSpec, dir string, verbo
 // label image (the blobs painted).
 type genJob struct {
 	arr   *writer.Array
-	synth *writer.Synth // nil for a label block
-	blobs *blobs        // the image's blobs; nil without labels
+	fill  func(dst []byte, box []zarr.Range) error // the image's values; nil for a label block
+	blobs *blobs                                   // the image's blobs; nil without labels
 	dt    zarr.DataType
 	box   []zarr.Range
 	bytes int
@@ -116,11 +116,11 @@ func (j *genJob) run(buf, mask []byte) error {
 		mask = mask[:j.space]
 		j.blobs.paint(mask, j.box[len(j.box)-min(len(j.box), 3):])
 	}
-	if j.synth == nil {
+	if j.fill == nil {
 		putLabels(dst, j.dt, mask)
 		return j.arr.WriteRegion(j.box, dst)
 	}
-	if err := j.synth.Fill(dst, j.box); err != nil {
+	if err := j.fill(dst, j.box); err != nil {
 		return err
 	}
 	if j.blobs != nil {
@@ -175,11 +175,14 @@ func generate(ctx context.Context, e Env, d *DatasetSpec, dir string) (*genSumma
 			return nil, err
 		}
 		seed := d.Seed + uint64(i)*0x9E3779B97F4A7C15
-		synth := &writer.Synth{
+		fill := (&writer.Synth{
 			Seed:           seed,
 			DataType:       spec.Array.DataType,
 			Shape:          spec.Array.Shape,
 			RandomFraction: d.Entropy,
+		}).Fill
+		if d.Values == ValuesZarrBenchmarks {
+			fill = writer.BenchmarkFill
 		}
 		var bl *blobs
 		if d.Labels != nil {
@@ -195,7 +198,7 @@ func generate(ctx context.Context, e Env, d *DatasetSpec, dir string) (*genSumma
 			labels = append(labels, lm)
 			add(genJob{arr: lm.Level(0), blobs: bl, dt: lspec.Array.DataType}, lm.Level(0))
 		}
-		add(genJob{arr: m.Level(0), synth: synth, blobs: bl, dt: spec.Array.DataType}, m.Level(0))
+		add(genJob{arr: m.Level(0), fill: fill, blobs: bl, dt: spec.Array.DataType}, m.Level(0))
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(jobs), max(1, genMemoryBudget/max(maxBlock+maxMask, 1)))
 	prog := startProgress(e, "generating", "B", raw)

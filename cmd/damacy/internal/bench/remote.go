@@ -48,6 +48,16 @@ func openDataset(ctx context.Context, e Env, sc *Scenario, o Options) (*boxSet, 
 		}
 		return bs, &genSummary{Dir: rd.uri, Images: sc.Dataset.Arrays}, nil
 	}
+	if sc.array != nil {
+		if o.Data != "" {
+			return nil, nil, fmt.Errorf("--data names a scenario's dataset; %s is read as it is", sc.array.path)
+		}
+		bs, err := newBoxSet(sc, sc.Dataset.Dir, nil, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		return bs, &genSummary{Dir: sc.array.path, Images: 1}, bs.draw(ctx, sc)
+	}
 	dir, err := localPath(loc)
 	if err != nil {
 		return nil, nil, err

@@ -127,7 +127,6 @@ func replan(ctx context.Context, bs *boxSet) (*replanned, error) {
 			locs[k] = append(locs[k], &cache.Locator{Store: a.Store(), ID: path.Join(bs.Arrays[i], src.Path), Sizes: sizes, Indexes: indexes})
 		}
 	}
-	measured := bs.Samples[bs.Warmup*bs.BatchSize:]
 	for b := range bs.Batches {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -135,7 +134,7 @@ func replan(ctx context.Context, bs *boxSet) (*replanned, error) {
 		var refs []chunkRef
 		for k, src := range bs.Sources {
 			zb := new(plan.Batch[int])
-			for n, s := range measured[b*bs.BatchSize : (b+1)*bs.BatchSize] {
+			for n, s := range bs.measuredBatch(b) {
 				box := make([]zarr.Range, len(src.Axes))
 				for j, a := range src.Axes {
 					box[j] = zarr.Range{Start: s.Box[a][0], Stop: s.Box[a][1]}

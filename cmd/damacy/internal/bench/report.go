@@ -72,7 +72,8 @@ type Report struct {
 	// image, without): its share of the output.
 	Sources []SourceReport `json:"sources,omitempty"`
 	// Sampler is how the boxes were drawn (run.sampler): "uniform" or
-	// "foreground", with ForegroundShare of them centred on foreground.
+	// "foreground", with ForegroundShare of them centred on foreground;
+	// or "chunks": every chunk once (run.boxes chunks).
 	Sampler         string       `json:"sampler"`
 	ForegroundShare float64      `json:"foreground_share,omitempty"`
 	Augment         *AugmentSpec `json:"augment,omitempty"` // run.augment
@@ -191,6 +192,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	p("run          %s of %d x %s %s after %d warm-up; %s\n",
 		length, r.BatchSize, base.Shape(r.SampleShape), out, r.Warmup, consumer)
+	if r.Sampler == BoxesChunks {
+		p("boxes        every chunk once, one box per chunk of the grid, in order (run.boxes chunks)\n")
+	}
 	if r.Sampler == "foreground" {
 		p("sampler      foreground: %.0f%% of the boxes centred on a label voxel that is not 0\n", 100*r.ForegroundShare)
 	}

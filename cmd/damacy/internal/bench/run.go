@@ -138,6 +138,9 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 		tr = newTracer()
 	}
 	t := time.Now()
+	if o.Duration > 0 && sc.Run.chunked() {
+		return nil, fmt.Errorf("--duration: run.boxes chunks reads every chunk once; give random boxes (--boxes SHAPE)")
+	}
 	bs, gs, err := openDataset(ctx, e, sc, o)
 	if err != nil {
 		return nil, err
@@ -170,6 +173,9 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 		Dtype: bs.Dtype, BatchSize: sc.Run.BatchSize, SampleShape: sc.Run.SampleShape,
 		Warmup: sc.Run.Warmup, HoldMS: sc.Run.HoldMS, Keep: sc.Run.Keep, BatchSlots: sc.Run.BatchSlots, ChunkCache: int64(sc.Run.ChunkCache), Duration: o.Duration,
 		Sampler: bs.Sampler, Augment: sc.Run.Augment,
+	}
+	if sc.array != nil {
+		rep.DatasetDir = sc.array.path
 	}
 	if bs.Sampler == "foreground" {
 		rep.ForegroundShare = float64(bs.foreground) / float64(max(len(bs.Samples), 1))
@@ -269,6 +275,12 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 	if err := p.PushSeq(bs.sequence(sc, o.Duration > 0)); err != nil {
 		return pipeline.Stats{}, err
 	}
+	if o.Duration == 0 {
+		// The measured batches' last one may be ragged (run.boxes chunks).
+		if err := p.Flush(); err != nil {
+			return pipeline.Stats{}, err
+		}
+	}
 	hold := time.Duration(sc.Run.HoldMS) * time.Millisecond
 	total := sc.Run.Warmup + sc.Run.Batches*sc.Run.epochs()
 	if o.Duration > 0 {
@@ -278,6 +290,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 	defer prog.finish()
 	var start time.Time
 	var cpu time.Duration
+	var verifyWall, verifyCPU time.Duration // verifying a measured batch
 	var link netshape.Stats
 	var m *measure
 	var kept *pipeline.Batch // run.keep: the batch popped last
@@ -328,12 +341,17 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 			rep.Startup = th.Sub(t0)
 			rep.Device = b.Info().Device
 			if o.Verify {
-				if err := verifyBatch(b, bs, bs.Samples[:sc.Run.BatchSize]); err != nil {
+				c := processCPU()
+				if err := verifyBatch(b, bs, bs.Samples[:b.Len()]); err != nil {
 					b.Release()
 					return pipeline.Stats{}, fmt.Errorf("verify: %w", err)
 				}
 				rep.Verified = true
-				tr.span(traceRowPhases, "phase", "verify batch 0", th, time.Now(), nil)
+				tv := time.Now()
+				tr.span(traceRowPhases, "phase", "verify batch 0", th, tv, nil)
+				if m != nil { // no warm-up: the check is not the run's
+					verifyWall, verifyCPU = tv.Sub(th), processCPU()-c
+				}
 			}
 		}
 		tr.span(traceRowPop, "batch", fmt.Sprintf("pop %d", i), tp, th, map[string]any{"batch": i, "warmup": i < sc.Run.Warmup})
@@ -357,7 +375,7 @@ func stream(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, t
 		}
 		prog.add(1)
 	}
-	rep.Wall, rep.CPU, rep.MeasuredStart = time.Since(start), processCPU()-cpu, start
+	rep.Wall, rep.CPU, rep.MeasuredStart = time.Since(start)-verifyWall, processCPU()-cpu-verifyCPU, start
 	if rd := bs.remote; rd != nil && rd.proxy != nil {
 		rep.Link = newLinkReport(rd.proxy.Link(), link, rd.linkStats(), rep.Wall)
 	}

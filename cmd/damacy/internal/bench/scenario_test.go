@@ -97,7 +97,7 @@ func TestScenarioNotFound(t *testing.T) {
 }
 
 func TestBuiltinScenarios(t *testing.T) {
-	want := []string{"bf16", "blosc-lz4", "blosc-zstd", "default", "epochs", "mixed-dtype", "segmentation", "smoke", "throughput", "training"}
+	want := []string{"bf16", "blosc-lz4", "blosc-zstd", "default", "epochs", "mixed-dtype", "segmentation", "smoke", "throughput", "training", "zarrbench-compressed", "zarrbench-sharded", "zarrbench-uncompressed"}
 	if got := BuiltinNames(); !cmp.Equal(got, want) {
 		t.Errorf("built-in scenarios = %v; want %v", got, want)
 	}

@@ -102,6 +102,22 @@ func (d *DatasetSpec) Validate() error {
 	if d.Entropy < 0 || d.Entropy > 1 || math.IsNaN(d.Entropy) {
 		return fieldErr("dataset.entropy", "%v: must be in [0, 1]", d.Entropy)
 	}
+	switch d.Values {
+	case "":
+	case ValuesZarrBenchmarks:
+		switch {
+		case len(d.Dtype) != 1 || d.Dtype[0] != "uint16":
+			return fieldErr("dataset.dtype", "%v: the zarr_benchmarks values are uint16", d.Dtype)
+		case len(d.Shape) != 3:
+			return fieldErr("dataset.shape", "rank %d: the zarr_benchmarks values are of rank 3 (z, y, x)", len(d.Shape))
+		case d.Entropy != 0:
+			return fieldErr("dataset.entropy", "%v: applies to damacy's generator, not to dataset.values %s", d.Entropy, d.Values)
+		case d.Labels != nil:
+			return fieldErr("dataset.labels", "not with dataset.values %s", d.Values)
+		}
+	default:
+		return fieldErr("dataset.values", "%q: want zarr_benchmarks, or omit it for damacy's generator (dataset.entropy)", d.Values)
+	}
 	for i := range d.Arrays {
 		if _, err := d.arraySpec(i); err != nil {
 			return err
@@ -263,11 +279,14 @@ func (r *RunSpec) validate(d *DatasetSpec) error {
 	if r.BatchSize < 1 || r.BatchSize > 1<<20 {
 		return fieldErr("run.batch_size", "%d: must be in 1..1048576", r.BatchSize)
 	}
+	if err := r.validateBoxes(d); err != nil {
+		return err
+	}
 	if err := checkShape("run.sample_shape", r.SampleShape, len(d.Shape)); err != nil {
 		return err
 	}
 	for i, n := range r.SampleShape {
-		if n > d.Shape[i] {
+		if n > d.Shape[i] && !r.chunked() { // a chunk may be larger than its array
 			return fieldErr(fmt.Sprintf("run.sample_shape[%d]", i), "%d is larger than dataset.shape[%d] = %d (boxes are drawn inside the arrays)", n, i, d.Shape[i])
 		}
 	}

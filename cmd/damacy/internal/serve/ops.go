@@ -78,28 +78,50 @@ func (s *server) hello(id int64, req *request) {
 	}, nil)
 }
 
+// configKey is one of hello's integer config keys: its name, as the
+// Python client's Config spells it, and the pipeline.Config field it sets.
+type configKey struct {
+	wire  string
+	field string
+	ptr   any // *int or *int64, into the Config configKeys was given
+}
+
+// configKeys lists hello's integer config keys, pointing into cfg.
+// configOf reads them; pythonNames renames their fields in the pipeline's
+// messages.
+func configKeys(cfg *pipeline.Config) []configKey {
+	return []configKey{
+		{"batch_size", "BatchSize", &cfg.BatchSize},
+		{"lookahead_batches", "LookaheadBatches", &cfg.LookaheadBatches},
+		{"n_io_threads", "IOThreads", &cfg.IOThreads},
+		{"n_compute_threads", "ComputeThreads", &cfg.ComputeThreads},
+		{"n_zarrs_meta_cache", "ZarrMetaCache", &cfg.ZarrMetaCache},
+		{"n_shards_meta_cache", "ShardIndexCache", &cfg.ShardIndexCache},
+		{"max_bytes_per_element", "MaxBytesPerElement", &cfg.MaxBytesPerElement},
+		{"batch_slots", "BatchSlots", &cfg.BatchSlots},
+		{"io_concurrency", "IOConcurrency", &cfg.IOConcurrency},
+		{"host_buffer_bytes", "HostBufferBytes", &cfg.HostBufferBytes},
+		{"device_buffer_bytes", "DeviceBufferBytes", &cfg.DeviceBufferBytes},
+		{"max_chunk_uncompressed_bytes", "MaxChunkBytes", &cfg.MaxChunkBytes},
+		{"max_gpu_memory_bytes", "MaxGPUMemoryBytes", &cfg.MaxGPUMemoryBytes},
+		{"chunk_cache_bytes", "ChunkCacheBytes", &cfg.ChunkCacheBytes},
+		{"remote_gap_bytes", "RemoteGapBytes", &cfg.RemoteGapBytes},
+		{"remote_span_bytes", "RemoteSpanBytes", &cfg.RemoteSpanBytes},
+	}
+}
+
 // configOf maps hello's config (the seed's names) onto a pipeline.Config.
 func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
 	var cfg pipeline.Config
-	ints := map[string]*int{
-		"batch_size":            &cfg.BatchSize,
-		"lookahead_batches":     &cfg.LookaheadBatches,
-		"n_io_threads":          &cfg.IOThreads,
-		"n_compute_threads":     &cfg.ComputeThreads,
-		"n_zarrs_meta_cache":    &cfg.ZarrMetaCache,
-		"n_shards_meta_cache":   &cfg.ShardIndexCache,
-		"max_bytes_per_element": &cfg.MaxBytesPerElement,
-		"batch_slots":           &cfg.BatchSlots,
-		"io_concurrency":        &cfg.IOConcurrency,
-	}
-	int64s := map[string]*int64{
-		"host_buffer_bytes":            &cfg.HostBufferBytes,
-		"device_buffer_bytes":          &cfg.DeviceBufferBytes,
-		"max_chunk_uncompressed_bytes": &cfg.MaxChunkBytes,
-		"max_gpu_memory_bytes":         &cfg.MaxGPUMemoryBytes,
-		"chunk_cache_bytes":            &cfg.ChunkCacheBytes,
-		"remote_gap_bytes":             &cfg.RemoteGapBytes,
-		"remote_span_bytes":            &cfg.RemoteSpanBytes,
+	ints := map[string]*int{}
+	int64s := map[string]*int64{}
+	for _, k := range configKeys(&cfg) {
+		switch p := k.ptr.(type) {
+		case *int:
+			ints[k.wire] = p
+		case *int64:
+			int64s[k.wire] = p
+		}
 	}
 	var unknown []string
 	for k := range raw {

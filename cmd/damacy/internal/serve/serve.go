@@ -357,9 +357,15 @@ func (s *server) reply(id int64, fields map[string]any, fds []int) {
 }
 
 // fail sends an error response for op what; index names a push's sample.
+// A pipeline error names the Config fields at fault as the client's
+// Config spells them.
 func (s *server) fail(id int64, what string, err error, index *int) {
+	msg := err.Error()
+	if pe := (*pipeline.Error)(nil); errors.As(err, &pe) {
+		msg = pythonNames(msg)
+	}
 	se := sampleErrorOf(err)
-	e := errorMsg{Status: statusOf(err), What: what, Message: remote.Redact(err.Error()), Index: index,
+	e := errorMsg{Status: statusOf(err), What: what, Message: remote.Redact(msg), Index: index,
 		Position: se.Position, URI: se.URI, Source: se.Source, Chunk: se.Chunk}
 	s.out.write(map[string]any{"id": id, "ok": false, "error": e}, nil)
 }

@@ -225,8 +225,12 @@ class Config:
         n_zarrs_meta_cache: LRU cap for zarr-metadata entries (>= 1).
         n_shards_meta_cache: LRU cap for shard-index entries (>= 1).
         max_chunk_uncompressed_bytes: Largest uncompressed chunk size the
-            pipeline accepts (a larger one fails with BudgetExceeded);
-            0 selects the server's default (8 MiB).
+            pipeline accepts (a larger one fails with BudgetExceeded).
+            0 (the default): no cap of its own; the chunks of the arrays
+            read are sized as they are met, and any chunk the buffers hold
+            is read (``host_buffer_bytes`` for its stored bytes,
+            ``device_buffer_bytes`` for its decoded ones); a larger one
+            fails with BudgetExceeded naming the one to raise.
         max_gpu_memory_bytes: Hard cap on GPU memory allocated for
             wave-resident buffers and batch-output pools. 0 = no cap.
         max_bytes_per_element: Largest source dtype size (bytes) the

@@ -163,3 +163,29 @@ def test_budget_at_create(serve_binary):
             )
         )
     check_message(e.value)
+
+
+def test_budget_names_the_python_field(image):
+    """A chunk above max_chunk_uncompressed_bytes fails its pop with a message
+    naming the field as a Python user sets it, and what to raise it to."""
+    cfg = support.config(batch_size=1, host_buffer_bytes=4 << 20, device_buffer_bytes=4 << 20, max_chunk_uncompressed_bytes=1024)
+    with damacy.Pipeline(cfg) as p:
+        p.push([damacy.Sample(image, BOX)])
+        p.flush()
+        with pytest.raises(damacy.BudgetExceeded) as e:
+            p.pop()
+    msg = check_message(e.value, image)
+    assert "above Config.max_chunk_uncompressed_bytes = 1024: raise it to at least" in msg, msg
+    assert "MaxChunkBytes" not in msg, msg
+
+
+def test_budget_at_create_names_the_python_fields(serve_binary):
+    with pytest.raises(damacy.BudgetExceeded) as e:
+        damacy.Pipeline(
+            support.config(device_buffer_bytes=2 << 20, max_chunk_uncompressed_bytes=4 << 20)
+        )
+    msg = check_message(e.value)
+    assert (
+        "Config.device_buffer_bytes = 2097152 cannot hold one chunk of "
+        "Config.max_chunk_uncompressed_bytes = 4194304: raise Config.device_buffer_bytes to at least 4194304"
+    ) in msg, msg
