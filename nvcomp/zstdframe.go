@@ -119,7 +119,7 @@ func ZstdGPUCompatible(chunk []byte, want int) bool {
 // each compressed block's literals and sequences section headers).
 // Everything else goes to the CPU decoder, which decodes it or reports the
 // error. This is what nvCOMP 5.3.0 and 6.0.0 do with the other cases
-// (measured on an H200; TestZstdFrameFeatures reruns the measurement):
+// (TestZstdFrameFeatures checks each on a GPU):
 //
 //   - nvCOMP does not bound its writes by the output capacity: a frame
 //     whose content is larger than the capacity is written past the end of
