@@ -45,7 +45,7 @@ func Example() {
 
 	p, err := pipeline.New(pipeline.Config{
 		Device: "cpu", BatchSize: 2, SampleShape: []int{2, 2}, Dtype: pipeline.F32,
-		HostBufferBytes: 1 << 20, DeviceBufferBytes: 1 << 20, MaxChunkBytes: 1 << 16, // small budgets for small chunks
+		HostBufferBytes: 1 << 20, DeviceBufferBytes: 1 << 20, // small buffers for small chunks
 	})
 	if err != nil {
 		log.Fatal(err)
