@@ -123,11 +123,9 @@ def main() -> None:
     ap.add_argument("--load", help=argparse.SUPPRESS)  # run one load in this process
     args = ap.parse_args()
     if args.load:
-        import cupy  # noqa: F401
-
-        spinner()(1, 1)  # compile and load before READY
         import cupy as cp
 
+        spinner()(1, 1)  # compile and load before READY
         cp.cuda.runtime.deviceSynchronize()
         print("READY", flush=True)
         n = run_load(args.load.split(), args.seconds + 3)

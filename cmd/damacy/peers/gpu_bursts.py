@@ -23,7 +23,7 @@ import json
 import statistics
 import sys
 from collections import defaultdict
-from typing import Any, Dict, List, Tuple
+from typing import Dict, List, Tuple
 
 
 POP_ROW = 2  # the bench trace's row of each Pop

@@ -156,8 +156,6 @@ def ceiling_feed(images: List[str], args: argparse.Namespace, dev: Any, dtype: A
 
 def damacy_feed(images: List[str], args: argparse.Namespace, dev: Any, dtype: Any, info: Dict[str, Any]):
     """damacy.Loader over a ForegroundSampler, image and label, Augment."""
-    import torch
-
     import damacy
 
     cuda = dev.type == "cuda"
@@ -344,8 +342,7 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
     losses: List[Any] = []
     starts, ends = [], []
     total = args.warmup + args.steps
-    t0 = cpu0 = wall0 = 0.0
-    lcpu0 = 0.0
+    cpu0 = wall0 = lcpu0 = 0.0
     pids: List[int] = []
     batch: Optional[Tuple[Any, Any]] = first
     for step in range(total):
