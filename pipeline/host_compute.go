@@ -78,31 +78,30 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 		}
 	}
 	stored := w.stored(w.slabBuf)
-	bigs, decodes, err := h.splitJobs(w, byJob, stored)
-	if err != nil {
-		return err
-	}
 	var decT, asmT atomic.Int64
-	ns, nd := len(small), len(decodes)
 	start := time.Now()
-	err = h.cpu.Run(ctx, ns+nd+len(rest), func(i int) error {
-		hw := <-h.workers
-		defer func() { h.workers <- hw }()
-		t0 := time.Now()
-		switch {
-		case i < ns:
-			return h.computeJob(w, a, bp.jobs[small[i]], byJob[small[i]], stored, hw, &decT, &asmT)
-		case i < ns+nd:
-			t := decodes[i-ns]
-			b := &bigs[t.big]
-			err := w.guard(func() error { return h.decodeBig(b, t, stored(b.j)) })
-			decT.Add(int64(time.Since(t0)))
-			return err
-		}
-		err := a.Run(rest[i-ns-nd:i-ns-nd+1], 0, nil, hw.rows)
-		asmT.Add(int64(time.Since(t0)))
-		return assembleError(err)
-	}, h.trace.workers("decode", "cpu", w, out))
+	bigs, decodes, err := h.splitJobs(w, byJob, stored)
+	ns, nd := len(small), len(decodes)
+	if err == nil {
+		err = h.cpu.Run(ctx, ns+nd+len(rest), func(i int) error {
+			hw := <-h.workers
+			defer func() { h.workers <- hw }()
+			t0 := time.Now()
+			switch {
+			case i < ns:
+				return h.computeJob(w, a, bp.jobs[small[i]], byJob[small[i]], stored, hw, &decT, &asmT)
+			case i < ns+nd:
+				t := decodes[i-ns]
+				b := &bigs[t.big]
+				err := w.guard(func() error { return h.decodeBig(b, t, stored(b.j)) })
+				decT.Add(int64(time.Since(t0)))
+				return err
+			}
+			err := a.Run(rest[i-ns-nd:i-ns-nd+1], 0, nil, hw.rows)
+			asmT.Add(int64(time.Since(t0)))
+			return assembleError(err)
+		}, h.trace.workers("decode", "cpu", w, out))
+	}
 	if err == nil && len(bigs) > 0 {
 		var parts []hostTask
 		for bi := range bigs {
