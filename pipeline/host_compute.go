@@ -32,8 +32,11 @@ func newHostWorker() *hostWorker {
 // while the chunk is in the core's cache. A chunk of at most
 // hostScratchBytes that is not headed for the chunk cache is decoded into
 // the worker's scratch buffer, not into the arena, so its bytes need never
-// reach memory. The ops that read chunks the cache holds, and the fills,
-// are tasks of their own.
+// reach memory; a raw chunk is read where it lies when it can be
+// (inPlace). The ops that read chunks the cache holds, and the fills, are
+// tasks of their own. A chunk larger than h.split.min is split instead
+// (bigJob): its decoding into tasks that run beside the others, then,
+// once every task has run, the ops that read it into tasks of their own.
 func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error {
 	p, err := planFor(full, len(w.batch.req.samples))
 	if err != nil {
@@ -65,51 +68,62 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 		return newError("assemble", ErrInvalid, "", err)
 	}
 	var in, out int64
+	var small []int
 	for _, ji := range w.jobs {
-		in += bp.jobs[ji].chunk.Length
-		out += int64(bp.jobs[ji].layout.Bytes())
+		j := bp.jobs[ji]
+		in += j.chunk.Length
+		out += int64(j.layout.Bytes())
+		if int64(j.layout.Bytes()) <= h.split.min {
+			small = append(small, ji)
+		}
 	}
 	stored := w.stored(w.slabBuf)
 	var decT, asmT atomic.Int64
-	nj := len(w.jobs)
 	start := time.Now()
-	err = h.cpu.Run(ctx, nj+len(rest), func(i int) error {
-		hw := <-h.workers
-		defer func() { h.workers <- hw }()
-		t0 := time.Now()
-		if i >= nj {
-			err := a.Run(rest[i-nj:i-nj+1], 0, nil, hw.rows)
+	bigs, decodes, err := h.splitJobs(w, byJob, stored)
+	ns, nd := len(small), len(decodes)
+	if err == nil {
+		err = h.cpu.Run(ctx, ns+nd+len(rest), func(i int) error {
+			hw := <-h.workers
+			defer func() { h.workers <- hw }()
+			t0 := time.Now()
+			switch {
+			case i < ns:
+				return h.computeJob(w, a, bp.jobs[small[i]], byJob[small[i]], stored, hw, &decT, &asmT)
+			case i < ns+nd:
+				t := decodes[i-ns]
+				b := &bigs[t.big]
+				err := w.guard(func() error { return h.decodeBig(b, t, stored(b.j)) })
+				decT.Add(int64(time.Since(t0)))
+				return err
+			}
+			err := a.Run(rest[i-ns-nd:i-ns-nd+1], 0, nil, hw.rows)
 			asmT.Add(int64(time.Since(t0)))
 			return assembleError(err)
+		}, h.trace.workers("decode", "cpu", w, out))
+	}
+	if err == nil && len(bigs) > 0 {
+		var parts []hostTask
+		for bi := range bigs {
+			parts = bigs[bi].assembleTasks(bi, a, h.split.part, parts)
 		}
-		j := bp.jobs[w.jobs[i]]
-		n := int64(j.layout.Bytes())
-		// Capped: a decoder must not write past its chunk's room.
-		dst := h.arena[j.decOff : j.decOff+n : j.decOff+n+zarr.DecodeSlack]
-		var from []byte
-		if n <= hostScratchBytes && (h.chunks == nil || j.cacheKey == nil) {
-			dst = hw.chunk[: n : n+zarr.DecodeSlack]
-			from = dst
-		}
-		// A fault reading a mapped file (truncated under its mapping)
-		// is an error of its own, not the chunk's.
-		if err := w.guard(func() error {
-			if err := h.decodeJob(j, stored(j), dst, j.bloscPayload); err != nil {
-				return decodeError(j, err)
-			}
-			return nil
-		}); err != nil {
+		err = h.cpu.Run(ctx, len(parts), func(i int) error {
+			hw := <-h.workers
+			defer func() { h.workers <- hw }()
+			t0 := time.Now()
+			t := parts[i]
+			b := &bigs[t.big]
+			err := w.guard(func() error {
+				return assembleError(a.RunPart(t.op, t.start, t.n, b.j.decOff, b.from, hw.rows))
+			})
+			asmT.Add(int64(time.Since(t0)))
 			return err
-		}
-		t1 := time.Now()
-		decT.Add(int64(t1.Sub(t0)))
-		err := a.Run(byJob[w.jobs[i]], j.decOff, from, hw.rows)
-		asmT.Add(int64(time.Since(t1)))
-		return assembleError(err)
-	}, h.trace.workers("decode", "cpu", w, out))
+		}, h.trace.workers("assemble", "cpu", w, 0))
+	}
 	// The workers' spans cover their chunks' ops too; the wave's assemble
 	// span, on the lane of them all, the whole of it.
 	h.trace.span(Span{Stage: "assemble", Lane: "cpu workers", Batch: w.batch.req.id, Wave: w.index, Start: start, End: time.Now(), Bytes: elems * int64(l.Dtype.Size())})
+	nj := len(w.jobs)
 	h.stats.update(func(st *Stats) {
 		if nj > 0 {
 			st.Decompress.add(time.Duration(decT.Load()), in, out)
@@ -127,6 +141,63 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 		}
 	}
 	return h.cacheWave(ctx, w)
+}
+
+// splitJobs readies the wave's chunks larger than h.split.min to be split
+// (byJob: the ops that read each job; stored: the jobs' stored bytes) and
+// returns them with their decoding tasks.
+func (h *hostEngine) splitJobs(w *wave, byJob map[int][]int32, stored func(*job) []byte) ([]bigJob, []hostTask, error) {
+	bp := w.batch.plan
+	var bigs []bigJob
+	var decodes []hostTask
+	err := w.guard(func() error {
+		for _, ji := range w.jobs {
+			j := bp.jobs[ji]
+			if int64(j.layout.Bytes()) <= h.split.min {
+				continue
+			}
+			b, err := h.bigJob(j, byJob[ji], stored(j))
+			if err != nil {
+				return err
+			}
+			decodes = b.decodeTasks(len(bigs), decodes)
+			bigs = append(bigs, b)
+		}
+		return nil
+	})
+	return bigs, decodes, err
+}
+
+// computeJob is the task of job j, not split: it reads the chunk in place
+// or decodes it, then runs its ops, ops, on worker hw, adding the time
+// each took to decT and asmT.
+func (h *hostEngine) computeJob(w *wave, a *ptx.HostAssembly, j *job, ops []int32, stored func(*job) []byte, hw *hostWorker, decT, asmT *atomic.Int64) error {
+	t0 := time.Now()
+	// A fault reading a mapped file (truncated under its mapping) is an
+	// error of its own, not the chunk's.
+	return w.guard(func() error {
+		from, err := h.inPlace(j, stored(j))
+		if err != nil {
+			return err
+		}
+		if from == nil {
+			n := int64(j.layout.Bytes())
+			// Capped: a decoder must not write past its chunk's room.
+			dst := h.arena[j.decOff : j.decOff+n : j.decOff+n+zarr.DecodeSlack]
+			if n <= hostScratchBytes && (h.chunks == nil || j.cacheKey == nil) {
+				dst = hw.chunk[: n : n+zarr.DecodeSlack]
+				from = dst
+			}
+			if err := h.decodeJob(j, stored(j), dst, j.bloscPayload); err != nil {
+				return decodeError(j, err)
+			}
+		}
+		t1 := time.Now()
+		decT.Add(int64(t1.Sub(t0)))
+		err = a.Run(ops, j.decOff, from, hw.rows)
+		asmT.Add(int64(time.Since(t1)))
+		return assembleError(err)
+	})
 }
 
 // assembleError wraps an error of HostAssembly.Run (nil stays nil).

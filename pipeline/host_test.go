@@ -128,12 +128,19 @@ func newTestRand(t testing.TB) *rand.Rand {
 // of cfg and compares each sample with the reference reader.
 func checkEngine(t *testing.T, cfg Config, paths []string, nBoxes int, seed uint64) {
 	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 7))
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	checkPipeline(t, p, cfg, paths, nBoxes, seed)
+}
+
+// checkPipeline is checkEngine on pipeline p, of cfg.
+func checkPipeline(t *testing.T, p *Pipeline, cfg Config, paths []string, nBoxes int, seed uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var err error
 	arrays := map[string]*zarr.Array{}
 	var samples []Sample
 	for i := range nBoxes {

@@ -136,30 +136,69 @@ func NewHostScratch() *HostScratch {
 // goroutine. With from non-nil, the ops read from instead of
 // arena[base:base+len(from)], which must hold all the source bytes they
 // read: a chunk decoded into a scratch buffer rather than into its arena
-// region. Goroutines may run disjoint sets of ops at once. Values that do
-// not fit an integer output are not an error of Run: Misfits reports
-// them once every op has run.
+// region, or read where it lies. Goroutines may run disjoint sets of ops
+// at once. Values that do not fit an integer output are not an error of
+// Run: Misfits reports them once every op has run.
 func (a *HostAssembly) Run(idx []int32, base int64, from []byte, sc *HostScratch) error {
 	var m MisfitStatus
 	defer a.merge(&m)
+	var local hostOp
 	for _, i := range idx {
-		if i < 0 || int(i) >= len(a.ops) {
-			return fmt.Errorf("ptx: op %d of %d: %w", i, len(a.ops), ErrInvalid)
-		}
-		h := &a.ops[i]
-		if from != nil && h.chunk != nil {
-			at := h.op.SrcOffset - base
-			if at < 0 || at+int64(len(h.chunk)) > int64(len(from)) {
-				return fmt.Errorf("ptx: op %d reads arena bytes [%d, %d), outside the %d bytes at %d it was given: %w",
-					i, h.op.SrcOffset, h.op.SrcOffset+int64(len(h.chunk)), len(from), base, ErrInvalid)
-			}
-			local := *h
-			local.chunk = from[at : at+int64(len(h.chunk))]
-			h = &local
+		h, err := a.op(i, base, from, &local)
+		if err != nil {
+			return err
 		}
 		h.run(a.out, a.dtype, 0, h.elems, sc, &m)
 	}
 	return nil
+}
+
+// Elems returns the number of elements op i writes (0 for an index out of
+// range): the elements RunPart divides.
+func (a *HostAssembly) Elems(i int32) int64 {
+	if i < 0 || int(i) >= len(a.ops) {
+		return 0
+	}
+	return a.ops[i].elems
+}
+
+// RunPart is Run of elements [start, start+n) of op i, in the C order of
+// its box: the parts of an op write disjoint output elements, so
+// goroutines may run disjoint parts of one op at once, and its parts
+// together write what Run of the op does.
+func (a *HostAssembly) RunPart(i int32, start, n int64, base int64, from []byte, sc *HostScratch) error {
+	var local hostOp
+	h, err := a.op(i, base, from, &local)
+	if err != nil {
+		return err
+	}
+	if start < 0 || n < 0 || start+n > h.elems {
+		return fmt.Errorf("ptx: elements [%d, %d) of op %d of %d: %w", start, start+n, i, h.elems, ErrInvalid)
+	}
+	var m MisfitStatus
+	defer a.merge(&m)
+	h.run(a.out, a.dtype, start, n, sc, &m)
+	return nil
+}
+
+// op returns op i, or, when from is non-nil, a copy of it in *local that
+// reads from instead of arena[base:base+len(from)] (see Run).
+func (a *HostAssembly) op(i int32, base int64, from []byte, local *hostOp) (*hostOp, error) {
+	if i < 0 || int(i) >= len(a.ops) {
+		return nil, fmt.Errorf("ptx: op %d of %d: %w", i, len(a.ops), ErrInvalid)
+	}
+	h := &a.ops[i]
+	if from == nil || h.chunk == nil {
+		return h, nil
+	}
+	at := h.op.SrcOffset - base
+	if at < 0 || at+int64(len(h.chunk)) > int64(len(from)) {
+		return nil, fmt.Errorf("ptx: op %d reads arena bytes [%d, %d), outside the %d bytes at %d it was given: %w",
+			i, h.op.SrcOffset, h.op.SrcOffset+int64(len(h.chunk)), len(from), base, ErrInvalid)
+	}
+	*local = *h
+	local.chunk = from[at : at+int64(len(h.chunk))]
+	return local, nil
 }
 
 // Misfits returns the status of the values that did not fit an integer

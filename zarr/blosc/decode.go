@@ -85,18 +85,54 @@ func (d *Decoder) DecodeNoUnshuffle(dst, src []byte) (int, error) {
 	return d.decode(dst, src, false)
 }
 
+// DecodeBlocks decodes blocks [from, to) of the chunk src (see
+// Header.Blocks), unshuffled as Decode does, into their place in dst, which
+// holds the whole chunk (at least its Nbytes bytes); it writes only those
+// blocks' bytes. Blocks are independent: goroutines may decode disjoint
+// ranges of one chunk into one dst at once, and together the ranges
+// [0, Blocks()) write what Decode does. Only the streams of the range are
+// checked; on error, dst may have been partly written.
+func (d *Decoder) DecodeBlocks(dst, src []byte, from, to int) error {
+	h, err := ParseHeader(src)
+	if err != nil {
+		return err
+	}
+	if from < 0 || from > to || to > h.Blocks() {
+		return fmt.Errorf("blosc: blocks [%d, %d) of a chunk of %d", from, to, h.Blocks())
+	}
+	_, err = d.decodeBlocks(dst, src, h, from, to, true)
+	return err
+}
+
+// DecodeBlocks decodes blocks [from, to) of the chunk src into dst with a
+// Decoder shared by the package. See (*Decoder).DecodeBlocks.
+func DecodeBlocks(dst, src []byte, from, to int) error {
+	d, err := shared()
+	if err != nil {
+		return err
+	}
+	return d.DecodeBlocks(dst, src, from, to)
+}
+
 func (d *Decoder) decode(dst, src []byte, unshuffle bool) (int, error) {
 	h, err := ParseHeader(src)
 	if err != nil {
 		return 0, err
 	}
+	return d.decodeBlocks(dst, src, h, 0, h.Blocks(), unshuffle)
+}
+
+// decodeBlocks decodes blocks [from, to) of the chunk src of header h into
+// dst, unshuffled when unshuffle is set, and returns h.Nbytes.
+func (d *Decoder) decodeBlocks(dst, src []byte, h Header, from, to int, unshuffle bool) (int, error) {
 	if len(dst) < h.Nbytes {
 		return 0, fmt.Errorf("blosc: destination holds %d bytes, chunk decodes to %d: %w", len(dst), h.Nbytes, io.ErrShortBuffer)
 	}
 	src, dst = src[:h.Cbytes], dst[:h.Nbytes]
 	shuffle := h.Shuffle()
+	var err error
 	if !unshuffle || shuffle == NoShuffle {
-		err = walk(src, h, func(s Stream) error {
+		err = walk(src, h, from, to, func(s Stream) error {
 			return d.stream(dst[s.Dst:s.Dst+s.Size], src[s.Src:s.Src+s.CSize], h, s)
 		})
 		if err != nil {
@@ -109,7 +145,7 @@ func (d *Decoder) decode(dst, src []byte, unshuffle bool) (int, error) {
 	bp := d.block(h.Blocksize)
 	defer d.scratch.Put(bp)
 	tmp := *bp
-	err = walk(src, h, func(s Stream) error {
+	err = walk(src, h, from, to, func(s Stream) error {
 		start := s.Block * h.Blocksize
 		out := tmp[s.Dst-start : s.Dst-start+s.Size]
 		if shuffle == BitShuffle {

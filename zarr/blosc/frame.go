@@ -57,7 +57,7 @@ func (f *Frame) Parse(src []byte) error {
 	if err != nil {
 		return err
 	}
-	err = walk(src[:h.Cbytes], h, func(s Stream) error {
+	err = walk(src[:h.Cbytes], h, 0, h.Blocks(), func(s Stream) error {
 		f.Streams = append(f.Streams, s)
 		return nil
 	})
@@ -69,19 +69,19 @@ func (f *Frame) Parse(src []byte) error {
 	return nil
 }
 
-// walk calls fn for every stream of the chunk src (cut to h.Cbytes), in
-// chunk order, after checking that the stream lies inside src and that the
-// block's streams tile it. It stops at the first error.
-func walk(src []byte, h Header, fn func(Stream) error) error {
+// walk calls fn for every stream of blocks [from, to) of the chunk src
+// (cut to h.Cbytes; see Header.Blocks), in chunk order, after checking that
+// the stream lies inside src and that the block's streams tile it. It stops
+// at the first error.
+func walk(src []byte, h Header, from, to int, fn func(Stream) error) error {
 	if h.Memcpyed() {
-		if h.Nbytes == 0 {
+		if h.Nbytes == 0 || from == to {
 			return nil
 		}
 		return fn(Stream{Src: HeaderSize, CSize: h.Nbytes, Size: h.Nbytes, Raw: true})
 	}
-	nblocks := h.nblocks()
-	dataStart := HeaderSize + 4*nblocks
-	for j := range nblocks {
+	dataStart := HeaderSize + 4*h.nblocks()
+	for j := from; j < to; j++ {
 		dst := j * h.Blocksize
 		bsize := min(h.Blocksize, h.Nbytes-dst)
 		nsplits := h.nsplits(bsize)

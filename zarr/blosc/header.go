@@ -298,6 +298,16 @@ func (h Header) Memcpyed() bool { return h.Flags&flagMemcpyed != 0 }
 // >= 128, and the block is not a shorter last block.
 func (h Header) DontSplit() bool { return h.Flags&flagDontSplit != 0 }
 
+// Blocks returns the number of units DecodeBlocks takes: the chunk's
+// blocks, a shorter last one included; 1 for a memcpyed chunk (its data is
+// one raw stream) that is not empty.
+func (h Header) Blocks() int {
+	if h.Memcpyed() {
+		return min(h.Nbytes, 1)
+	}
+	return h.nblocks()
+}
+
 // nblocks is the number of blocks, a shorter last one included.
 func (h Header) nblocks() int {
 	return (h.Nbytes + h.Blocksize - 1) / h.Blocksize
