@@ -125,15 +125,8 @@ func (cw *cudaWave) assembled(p *wavePart) bool {
 // event after it (salvager).
 func (e *cudaEngine) writeSlot(s *slot, b []byte) error {
 	err := e.ex.Do(func() error {
-		for _, a := range s.takeAfter() {
-			if err := e.asmS.WaitEvent(a.ev); err != nil {
-				return err
-			}
-			if a.own {
-				if err := a.ev.Destroy(); err != nil {
-					return err
-				}
-			}
+		if err := e.awaitConsumers(s); err != nil {
+			return err
 		}
 		if err := e.asmS.CopyHtoD(cuda.DevicePtr(s.dev), b); err != nil {
 			return err

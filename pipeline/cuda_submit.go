@@ -150,15 +150,8 @@ func (e *cudaEngine) decode(cw *cudaWave) error {
 func (e *cudaEngine) assembleInto(b *waveBuf, p *wavePart) error {
 	sl := p.batch.slot
 	if p.index == 0 {
-		for _, a := range sl.takeAfter() {
-			if err := e.asmS.WaitEvent(a.ev); err != nil {
-				return err
-			}
-			if a.own {
-				if err := a.ev.Destroy(); err != nil {
-					return err
-				}
-			}
+		if err := e.awaitConsumers(sl); err != nil {
+			return err
 		}
 	}
 	if err := e.assemble(b, p); err != nil {
@@ -166,6 +159,23 @@ func (e *cudaEngine) assembleInto(b *waveBuf, p *wavePart) error {
 	}
 	if p.last {
 		return sl.readyEvent.Record(e.asmS)
+	}
+	return nil
+}
+
+// awaitConsumers makes the assemble stream wait for the consumer events
+// slot sl's next fill must follow (destroying the ones the engine made). It
+// runs on the executor.
+func (e *cudaEngine) awaitConsumers(sl *slot) error {
+	for _, a := range sl.takeAfter() {
+		if err := e.asmS.WaitEvent(a.ev); err != nil {
+			return err
+		}
+		if a.own {
+			if err := a.ev.Destroy(); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

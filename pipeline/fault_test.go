@@ -158,15 +158,7 @@ func readRef(t *testing.T, path string, box []Range) *zarr.Region {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zb := make([]zarr.Range, len(box))
-	for k, r := range box {
-		zb[k] = zarr.Range{Start: r.Start, Stop: r.Stop}
-	}
-	reg, err := a.ReadRegion(zb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reg
+	return regionOf(t, a, box)
 }
 
 // wantLabel is the uint8 output of a label region whose values fit.

@@ -89,12 +89,19 @@ func TestSkipOneSource(t *testing.T) {
 	}
 }
 
+// readRegion reads box of the array at path with the reference reader.
 func readRegion(t *testing.T, path string, box []Range) *zarr.Region {
 	t.Helper()
 	a, err := zarr.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return regionOf(t, a, box)
+}
+
+// regionOf reads box of a with the reference reader.
+func regionOf(t *testing.T, a *zarr.Array, box []Range) *zarr.Region {
+	t.Helper()
 	zb := make([]zarr.Range, len(box))
 	for k, r := range box {
 		zb[k] = zarr.Range{Start: r.Start, Stop: r.Stop}
