@@ -19,7 +19,13 @@ Modes (each in a process of its own, one after the other, same host):
 - ``ceiling``: the volumes are read once onto the GPU (normalised, bf16) and
   each batch is sliced, flipped and turned there: no loader at all.
 - ``damacy``: ``damacy.Loader`` over a ``ForegroundSampler`` (fraction 0.67)
-  with an image and a label source and ``Augment``, the default Config.
+  with an image and a label source and ``Augment``, the default Config (a
+  Loader's default engine: the server's host engine decodes and assembles,
+  the trainer's process copies each batch onto the GPU in its own context).
+- ``damacy-cached``: the same with ``chunk_cache_bytes`` 4 GiB (the
+  dataset's 1.6 GB of decoded chunks fit: later crops skip decoding).
+- ``damacy-cuda``: the same with ``Config(engine="cuda")``: the server's
+  CUDA engine decodes with nvCOMP in a CUDA context of its own (GPU only).
 - ``monai``: MONAI as its documentation writes a pipeline: ``Dataset`` +
   ``DataLoader`` (``--workers`` workers, persistent, pinned memory,
   prefetch 4), zarr-python reading each crop in the workers, its centre
@@ -78,7 +84,7 @@ MODELS = {
     "unet": dict(channels=(16, 32, 64, 128, 256), strides=(2, 2, 2, 2), num_res_units=2),
     "small": dict(channels=(8, 16, 32, 64), strides=(2, 2, 2), num_res_units=1),
 }
-MODES = ("ceiling", "damacy", "monai", "monai-fast")
+MODES = ("ceiling", "damacy", "damacy-cached", "damacy-cuda", "monai", "monai-fast")
 
 
 # -- the data ------------------------------------------------------------------
@@ -154,8 +160,13 @@ def ceiling_feed(images: List[str], args: argparse.Namespace, dev: Any, dtype: A
         yield torch.stack(xs)[:, None], torch.stack(ys)[:, None].long()
 
 
-def damacy_feed(images: List[str], args: argparse.Namespace, dev: Any, dtype: Any, info: Dict[str, Any]):
-    """damacy.Loader over a ForegroundSampler, image and label, Augment."""
+def damacy_feed(
+    images: List[str], args: argparse.Namespace, dev: Any, dtype: Any, info: Dict[str, Any], engine: Optional[str], cache: int = 0
+):
+    """damacy.Loader over a ForegroundSampler, image and label, Augment;
+    engine None (the Loader's default: the host engine, batches copied in
+    the trainer's context) or "cuda" (the server's CUDA engine); cache the
+    chunk cache's bytes (0: none, the default)."""
     import damacy
 
     cuda = dev.type == "cuda"
@@ -171,6 +182,8 @@ def damacy_feed(images: List[str], args: argparse.Namespace, dev: Any, dtype: An
         host_buffer_bytes=0,  # the engine's defaults
         device_buffer_bytes=0,
         device=None if cuda else "cpu",
+        engine=engine if cuda else None,
+        chunk_cache_bytes=cache,
         sources=(
             damacy.Source("image", dtype="bf16" if cuda else "f32"),
             damacy.Source("label", label="cells", dtype="u8"),
@@ -187,6 +200,7 @@ def damacy_feed(images: List[str], args: argparse.Namespace, dev: Any, dtype: An
     loader = damacy.Loader(cfg, sampler)
     info["loader_pids"] = [loader.pipeline.server_info["pid"]]
     info["decoder"] = loader.pipeline.server_info.get("decoder")
+    info["engine"] = loader.pipeline.server_info.get("engine")
     try:
         for batch in loader:
             x = batch["image"]  # [n, 1, b, b, b] on dev
@@ -325,7 +339,7 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
         torch.zeros(1, device=dev)  # the trainer's context first
         info["gpu"] = torch.cuda.get_device_name(dev)
     used0 = device_used(torch, dev)
-    feeds = {"ceiling": lambda: ceiling_feed(images, args, dev, dtype), "damacy": lambda: damacy_feed(images, args, dev, dtype, info), "monai": lambda: monai_feed(images, args, dev, dtype, info, False), "monai-fast": lambda: monai_feed(images, args, dev, dtype, info, True)}
+    feeds = {"ceiling": lambda: ceiling_feed(images, args, dev, dtype), "damacy": lambda: damacy_feed(images, args, dev, dtype, info, None), "damacy-cuda": lambda: damacy_feed(images, args, dev, dtype, info, "cuda"), "damacy-cached": lambda: damacy_feed(images, args, dev, dtype, info, None, 4 << 30), "monai": lambda: monai_feed(images, args, dev, dtype, info, False), "monai-fast": lambda: monai_feed(images, args, dev, dtype, info, True)}
     feed = feeds[mode]()
     first = next(feed)  # the loader started and one batch out
     if cuda:
@@ -430,7 +444,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True, help="dataset directory (generated when it holds none)")
     ap.add_argument("--scenario", default="training", help="the scenario whose dataset --data holds (a name or a file)")
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default=None, help="comma-separated, of %s (default: all; on the CPU all but damacy-cached and damacy-cuda)" % ", ".join(MODES))
     ap.add_argument("--models", default="unet,small")
     ap.add_argument("--steps", type=int, default=200, help="measured steps")
     ap.add_argument("--warmup", type=int, default=30)
@@ -448,6 +462,8 @@ def main() -> None:
         import torch
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.modes is None:
+        args.modes = ",".join(m for m in MODES if args.device == "cuda" or m not in ("damacy-cuda", "damacy-cached"))
     if args.one:
         mode, model = args.one.split(",")
         for row in run_one(mode, model, args):

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _dlpack
 from ._augment import Transform
-from ._engine import CudaEngine, Engine, Lease
+from ._engine import DeviceEngine, Engine, Lease
 from ._enums import Dtype
 from ._errors import DamacyError, InvalidArgument
 
@@ -263,7 +263,7 @@ class Batch:
     def _numpy(self, index: int, what: str) -> np.ndarray:
         self._check_live(what)
         info = self._infos[index]
-        if isinstance(self._engine, CudaEngine):
+        if isinstance(self._engine, DeviceEngine):
             out = np.empty(info.shape, _NUMPY_DTYPES[info.dtype])
             self._engine.to_host(self._lease, index, info.device_ptr, out.nbytes, out)
             return out

@@ -239,6 +239,18 @@ class Config:
             (batches in shared host memory), or None: ``LOCAL_RANK``'s GPU
             if set, else torch's current device if torch is imported, else
             GPU 0, else the host engine.
+        engine: Where the chunks are decoded and the batches assembled when
+            the device is a GPU (extra). ``"cuda"``: by the server's CUDA
+            engine (nvCOMP), in a CUDA context of the server's own, and
+            handed over through CUDA IPC. ``"host"``: by the server's host
+            engine on the CPU cores (``n_compute_threads``), in shared
+            memory, then copied onto the GPU by this process on a stream of
+            its own CUDA context (its only GPU work: no second context
+            time-slicing with a model's, no kernel; see the README's
+            "Sharing the GPU with the model"). None (the default): ``"cuda"`` for a
+            :class:`Pipeline`, ``"host"`` for a :class:`Loader` that makes
+            its own pipeline. Must be None or ``"host"`` with
+            ``device="cpu"``.
         sample_shape: Extent of every box (extra). Empty: the first pushed
             sample fixes it.
         batch_slots: Number of batch buffers (extra). A popped batch holds
@@ -301,6 +313,7 @@ class Config:
     max_gpu_memory_bytes: int
     max_bytes_per_element: int
     device: Optional[Union[int, str]]
+    engine: Optional[str]
     sample_shape: Tuple[int, ...]
     batch_slots: int
     chunk_cache_bytes: int
@@ -328,6 +341,7 @@ class Config:
         max_gpu_memory_bytes: int = 0,
         max_bytes_per_element: int = 0,
         device: Optional[Union[int, str]] = None,
+        engine: Optional[str] = None,
         sample_shape: Iterable[int] = (),
         batch_slots: int = 0,
         chunk_cache_bytes: int = 0,
@@ -366,6 +380,11 @@ class Config:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip' (got {on_error!r})")
         values["on_error"] = on_error
+        if engine not in (None, "cuda", "host"):
+            raise ValueError(f"engine must be None, 'cuda' or 'host' (got {engine!r})")
+        if engine == "cuda" and values["device"] == "cpu":
+            raise ValueError("engine='cuda' needs a CUDA device (got device='cpu')")
+        values["engine"] = engine
         values["sources"] = _sources(sources, values["dtype"])
         values["augment"] = _augment(augment, values["sources"], values["dtype"])
         if values["max_bytes_per_element"] not in (0, 1, 2, 4, 8):

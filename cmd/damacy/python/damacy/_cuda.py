@@ -1,11 +1,14 @@
 """The CUDA driver API through ctypes: only what the client needs to choose a
-GPU, map the server's batch slots (CUDA IPC), and order work between the
-two processes with the server's interprocess events. The client never
+GPU, map the server's batch slots (CUDA IPC), order work between the two
+processes with the server's interprocess events, and copy batches the
+server assembled in shared host memory onto the GPU (page-locked, on a
+stream of the client's own, in the client's context). The client never
 creates an interprocess event itself: the driver keeps a file in /dev/shm
 for every process that does, until its context is destroyed, and torch's
 context (the one the client works in) is never destroyed.
 
-libcuda.so.1 is loaded on first use only (never for the host engine). The
+libcuda.so.1 is loaded on first use only (never for batches left in host
+memory). The
 symbols are the versioned names that cuda.h's #defines select
 (cuEventDestroy -> cuEventDestroy_v2, cuIpcOpenMemHandle ->
 cuIpcOpenMemHandle_v2, ...), not "the _v2 if present".
@@ -23,7 +26,9 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from ._errors import NativeCudaError
 
 __all__ = [
+    "CU_EVENT_BLOCKING_SYNC",
     "CU_EVENT_DISABLE_TIMING",
+    "CU_STREAM_NON_BLOCKING",
     "CU_STREAM_LEGACY",
     "CU_STREAM_PER_THREAD",
     "Driver",
@@ -34,6 +39,7 @@ __all__ = [
     "remove_ipc_files",
 ]
 
+CU_EVENT_BLOCKING_SYNC = 0x1
 CU_EVENT_DISABLE_TIMING = 0x2
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
 CU_STREAM_NON_BLOCKING = 0x1
@@ -89,6 +95,11 @@ _SIGNATURES: Dict[str, Tuple[Any, ...]] = {
     "cuStreamWaitEvent": (_ptr, _ptr, _uint),
     "cuStreamSynchronize": (_ptr,),
     "cuMemcpyDtoH_v2": (_ptr, _u64, ctypes.c_size_t),
+    "cuMemAlloc_v2": (_p(_u64), ctypes.c_size_t),
+    "cuMemFree_v2": (_u64,),
+    "cuMemHostRegister_v2": (_ptr, ctypes.c_size_t, _uint),
+    "cuMemHostUnregister": (_ptr,),
+    "cuMemcpyHtoDAsync_v2": (_u64, _ptr, ctypes.c_size_t, _ptr),
 }
 # Drivers older than CUDA 11.4 lack cuDeviceGetUuid_v2; same arguments.
 _FALLBACKS = {"cuDeviceGetUuid_v2": "cuDeviceGetUuid"}
@@ -242,6 +253,31 @@ class Driver:
     def memcpy_dtoh(self, dst: int, src: int, nbytes: int) -> None:
         """cuMemcpyDtoH_v2 (synchronous)."""
         self._call("cuMemcpyDtoH_v2", ctypes.c_void_p(dst), ctypes.c_uint64(src), nbytes)
+
+    def mem_alloc(self, nbytes: int) -> int:
+        """cuMemAlloc_v2."""
+        ptr = ctypes.c_uint64()
+        self._call("cuMemAlloc_v2", ctypes.byref(ptr), nbytes)
+        return ptr.value
+
+    def mem_free(self, ptr: int) -> None:
+        """cuMemFree_v2."""
+        self._call("cuMemFree_v2", ctypes.c_uint64(ptr))
+
+    def mem_host_register(self, address: int, nbytes: int) -> None:
+        """cuMemHostRegister_v2(address, nbytes, 0): page-lock host memory
+        for asynchronous copies."""
+        self._call("cuMemHostRegister_v2", ctypes.c_void_p(address), nbytes, 0)
+
+    def mem_host_unregister(self, address: int) -> None:
+        """cuMemHostUnregister."""
+        self._call("cuMemHostUnregister", ctypes.c_void_p(address))
+
+    def memcpy_htod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        """cuMemcpyHtoDAsync_v2."""
+        self._call(
+            "cuMemcpyHtoDAsync_v2", ctypes.c_uint64(dst), ctypes.c_void_p(src), nbytes, ctypes.c_void_p(stream or None)
+        )
 
 
 def _handle(raw: bytes) -> bytes:

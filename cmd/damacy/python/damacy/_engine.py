@@ -41,7 +41,7 @@ from ._errors import NativeCudaError
 from ._protocol import ProtocolError, batch_tensors, fd_count, tensor_members
 from ._server import Connection, close_fds
 
-__all__ = ["Lease", "Engine", "HostEngine", "CudaEngine"]
+__all__ = ["Lease", "Engine", "HostSlots", "HostEngine", "DeviceEngine", "CudaEngine"]
 
 logger = logging.getLogger("damacy")
 
@@ -225,18 +225,21 @@ class _HostSlot:
         self._map.close()
 
 
-class HostEngine(Engine):
-    """Batches in host memory (the server's host engine)."""
+class HostSlots:
+    """The memfd slots of a host-engine server, mapped once each and kept
+    by (tensor index, slot) until close."""
 
-    device = (kDLCPU, 0)
-
-    def __init__(self, conn: Connection) -> None:
-        super().__init__(conn)
-        self._slots: Dict[Tuple[int, int], _HostSlot] = {}  # (tensor index, slot) -> mapping
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slots: Dict[Tuple[int, int], _HostSlot] = {}
         self._replaced: List[_HostSlot] = []
 
-    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, List[int]]:
+    def map(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[List[Mapping[str, Any]], List[int], List[_HostSlot]]:
+        """The tensors of a pop's BATCH, the address of each tensor's first
+        byte, and the slots mapped by this call (taking ownership of fds,
+        which come in tensor order)."""
         fds = list(fds)
+        fresh: List[_HostSlot] = []
         try:
             tensors = batch_tensors(batch)
             hosts = tensor_members(tensors, "host", "host")
@@ -249,73 +252,67 @@ class HostEngine(Engine):
             for i, t in enumerate(tensors):
                 if sent[i]:
                     what = f"slot {int(t['slot'])} of tensor {i} ({t.get('name')!r})"
-                    fresh = _HostSlot(fds.pop(0), int(hosts[i]["size"]), what)  # owns the descriptor now
+                    slot = _HostSlot(fds.pop(0), int(hosts[i]["size"]), what)  # owns the descriptor now
+                    fresh.append(slot)
                     with self._lock:
                         old = self._slots.get((i, int(t["slot"])))
                         if old is not None:
                             self._replaced.append(old)  # may still be viewed: unmapped at teardown
-                        self._slots[(i, int(t["slot"]))] = fresh
+                        self._slots[(i, int(t["slot"]))] = slot
         finally:
             close_fds(fds)
         addresses = []
         for i, (t, host) in enumerate(zip(tensors, hosts)):
-            slot = int(t["slot"])
-            mapped = self._slots.get((i, slot))
+            slot_no = int(t["slot"])
+            mapped = self._slots.get((i, slot_no))
             if mapped is None:
-                raise ProtocolError(f"slot {slot}'s memory of tensor {i} was never sent")
+                raise ProtocolError(f"slot {slot_no}'s memory of tensor {i} was never sent")
             offset, nbytes = int(host["offset"]), int(t["nbytes"])
             if offset < 0 or offset + nbytes > mapped.size:
                 raise ProtocolError(
-                    f"tensor {i}'s bytes [{offset}, {offset + nbytes}) outside its slot {slot} of {mapped.size} bytes"
+                    f"tensor {i}'s bytes [{offset}, {offset + nbytes}) outside its slot {slot_no} of {mapped.size} bytes"
                 )
             addresses.append(mapped.address + offset)
-        return self._new_lease(batch, tensors), addresses
+        return tensors, addresses, fresh
 
-    def _teardown(self) -> None:
+    def take_all(self) -> List[_HostSlot]:
+        """Every mapping, forgotten here (for the caller to close)."""
         with self._lock:
             slots = list(self._slots.values()) + self._replaced
             self._slots.clear()
             self._replaced.clear()
-        for s in slots:
+        return slots
+
+
+class HostEngine(Engine):
+    """Batches in host memory (the server's host engine)."""
+
+    device = (kDLCPU, 0)
+
+    def __init__(self, conn: Connection) -> None:
+        super().__init__(conn)
+        self._maps = HostSlots()
+
+    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, List[int]]:
+        tensors, addresses, _ = self._maps.map(batch, fds)
+        return self._new_lease(batch, tensors), addresses
+
+    def _teardown(self) -> None:
+        for s in self._maps.take_all():
             s.close()
 
 
-class CudaEngine(Engine):
-    """Batches in GPU memory (the server's CUDA engine), on the client's
-    device ``context.ordinal``."""
+class DeviceEngine(Engine):
+    """Batches in GPU memory on the client's device ``context.ordinal``:
+    what the consumers' streams wait for (each tensor's ready event) and
+    how the release is ordered after their work, shared by the engines
+    whose batches live on the GPU."""
 
     def __init__(self, conn: Connection, context: _cuda.Context) -> None:
         super().__init__(conn)
         self._context = context
         self.device = (kDLCUDA, context.ordinal)
-        self._mem: Dict[str, int] = {}  # mem_handle -> mapped base address
-        self._events: Dict[str, int] = {}  # event_handle or done_handle -> opened event
         self._join = 0  # a stream for releases after several streams or events
-
-    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, List[int]]:
-        close_fds(fds)  # a CUDA batch carries none
-        top = batch.get("cuda")
-        if not isinstance(top, Mapping):
-            raise ProtocolError("a batch of the CUDA engine has no cuda member")
-        tensors = batch_tensors(batch)
-        infos = tensor_members(tensors, "cuda", "CUDA")
-        # The batch's done event: the top level's (the server attaches it
-        # to every slot of the batch).
-        done = str(top.get("done_handle") or infos[0].get("done_handle") or "")
-        addresses, events = [], []
-        with self._lock:
-            for info in infos:
-                mem, ready = str(info["mem_handle"]), str(info["event_handle"])
-                base, event = self._mem.get(mem), self._events.get(ready)
-                if base is None or event is None:
-                    with self._context.current() as d:
-                        if base is None:
-                            base = self._mem[mem] = d.ipc_open_mem(bytes.fromhex(mem))
-                        if event is None:
-                            event = self._events[ready] = d.ipc_open_event(bytes.fromhex(ready))
-                addresses.append(base + int(info["offset"]))
-                events.append(event)
-        return self._new_lease(batch, tensors, events, done), addresses
 
     def before_export(self, lease: Lease, index: int, stream: Optional[int]) -> None:
         # None means the legacy default stream; -1, no synchronisation.
@@ -359,21 +356,41 @@ class CudaEngine(Engine):
             d.event_synchronize(lease.ready_events[index])
             d.memcpy_dtoh(out.ctypes.data, address, nbytes)
 
-    def _release_fields(self, lease: Lease) -> Dict[str, Any]:
-        # Without repeats: release(stream) after an export on that stream
-        # (the usual training loop) records on it directly, no join stream.
-        sources = list(dict.fromkeys([("stream", s) for s in lease.streams] + lease.after))
-        if not sources:
-            return {}  # never used on a stream: nothing to wait for
-        try:
-            self._record_done(lease, sources)
-            return {"done": True}
-        except (NativeCudaError, ProtocolError, ValueError) as e:
-            logger.warning(
-                "batch %d: cannot record the slot's done event (%s); synchronising its consumers instead",
-                lease.batch_id,
-                e,
-            )
+    @staticmethod
+    def _consumers(lease: Lease) -> List[Tuple[str, int]]:
+        """The streams and events a release waits for, without repeats:
+        release(stream) after an export on that stream (the usual training
+        loop) is one stream."""
+        return list(dict.fromkeys([("stream", s) for s in lease.streams] + lease.after))
+
+    def _record_after(self, d: _cuda.Driver, events: Sequence[int], sources: List[Tuple[str, int]]) -> None:
+        """Record each of events after the work queued on sources (with d
+        current): on the one source stream, or on the join stream after
+        it waited for every source."""
+        if len(sources) == 1 and sources[0][0] == "stream":
+            for ev in events:
+                d.event_record(ev, sources[0][1])
+            return
+        with self._lock:
+            if not self._join:
+                self._join = d.stream_create(_cuda.CU_STREAM_NON_BLOCKING)
+        for kind, handle in sources:
+            if kind == "stream":
+                tmp = d.event_create(_cuda.CU_EVENT_DISABLE_TIMING)
+                try:
+                    d.event_record(tmp, handle)
+                    d.stream_wait_event(self._join, tmp)
+                finally:
+                    d.event_destroy(tmp)  # freed once the wait is done
+            else:
+                d.stream_wait_event(self._join, handle)
+        for ev in events:
+            d.event_record(ev, self._join)
+
+    def _synchronize(self, lease: Lease, sources: List[Tuple[str, int]]) -> None:
+        """Wait for the consumers' work on the host: the fallback when an
+        event cannot order the release. Never raises: the slot goes back
+        all the same (one kept until close would stall every later pop)."""
         try:
             with self._context.current() as d:
                 for kind, handle in sources:
@@ -382,52 +399,84 @@ class CudaEngine(Engine):
                     else:
                         d.event_synchronize(handle)
         except NativeCudaError as e:
-            # The slot goes back all the same: a slot kept until close would
-            # stall every later pop.
             logger.error("batch %d: synchronising its consumers failed: %s", lease.batch_id, e)
-        return {}
 
-    def _record_done(self, lease: Lease, sources: List[Tuple[str, int]]) -> None:
-        """Record the batch's done event after the work queued on sources."""
-        if not lease.done_handle:
-            raise ProtocolError("the server sent no done_handle for this slot")
-        with self._context.current() as d:
-            with self._lock:
-                done = self._events.get(lease.done_handle)
-                if done is None:
-                    done = self._events[lease.done_handle] = d.ipc_open_event(bytes.fromhex(lease.done_handle))
-                if (len(sources) > 1 or sources[0][0] == "event") and not self._join:
-                    self._join = d.stream_create(_cuda.CU_STREAM_NON_BLOCKING)
-            if len(sources) == 1 and sources[0][0] == "stream":
-                d.event_record(done, sources[0][1])
-                return
-            # The join stream waits for every source, then the done event.
-            for kind, handle in sources:
-                if kind == "stream":
-                    tmp = d.event_create(_cuda.CU_EVENT_DISABLE_TIMING)
-                    try:
-                        d.event_record(tmp, handle)
-                        d.stream_wait_event(self._join, tmp)
-                    finally:
-                        d.event_destroy(tmp)  # freed once the wait is done
-                else:
-                    d.stream_wait_event(self._join, handle)
-            d.event_record(done, self._join)
+    def _destroy_join(self, d: _cuda.Driver) -> None:
+        with self._lock:
+            join, self._join = self._join, 0
+        if join:
+            d.stream_destroy(join)
+
+
+class CudaEngine(DeviceEngine):
+    """Batches in GPU memory (the server's CUDA engine), on the client's
+    device ``context.ordinal``."""
+
+    def __init__(self, conn: Connection, context: _cuda.Context) -> None:
+        super().__init__(conn, context)
+        self._mem: Dict[str, int] = {}  # mem_handle -> mapped base address
+        self._events: Dict[str, int] = {}  # event_handle or done_handle -> opened event
+
+    def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, List[int]]:
+        close_fds(fds)  # a CUDA batch carries none
+        top = batch.get("cuda")
+        if not isinstance(top, Mapping):
+            raise ProtocolError("a batch of the CUDA engine has no cuda member")
+        tensors = batch_tensors(batch)
+        infos = tensor_members(tensors, "cuda", "CUDA")
+        # The batch's done event: the top level's (the server attaches it
+        # to every slot of the batch).
+        done = str(top.get("done_handle") or infos[0].get("done_handle") or "")
+        addresses, events = [], []
+        with self._lock:
+            for info in infos:
+                mem, ready = str(info["mem_handle"]), str(info["event_handle"])
+                base, event = self._mem.get(mem), self._events.get(ready)
+                if base is None or event is None:
+                    with self._context.current() as d:
+                        if base is None:
+                            base = self._mem[mem] = d.ipc_open_mem(bytes.fromhex(mem))
+                        if event is None:
+                            event = self._events[ready] = d.ipc_open_event(bytes.fromhex(ready))
+                addresses.append(base + int(info["offset"]))
+                events.append(event)
+        return self._new_lease(batch, tensors, events, done), addresses
+
+    def _release_fields(self, lease: Lease) -> Dict[str, Any]:
+        sources = self._consumers(lease)
+        if not sources:
+            return {}  # never used on a stream: nothing to wait for
+        try:
+            if not lease.done_handle:
+                raise ProtocolError("the server sent no done_handle for this slot")
+            with self._context.current() as d:
+                with self._lock:
+                    done = self._events.get(lease.done_handle)
+                    if done is None:
+                        done = self._events[lease.done_handle] = d.ipc_open_event(bytes.fromhex(lease.done_handle))
+                self._record_after(d, [done], sources)
+            return {"done": True}
+        except (NativeCudaError, ProtocolError, ValueError) as e:
+            logger.warning(
+                "batch %d: cannot record the slot's done event (%s); synchronising its consumers instead",
+                lease.batch_id,
+                e,
+            )
+        self._synchronize(lease, sources)
+        return {}
 
     def _teardown(self) -> None:
         with self._lock:
-            mem, events, join = list(self._mem.values()), list(self._events.values()), self._join
+            mem, events = list(self._mem.values()), list(self._events.values())
             self._mem.clear()
             self._events.clear()
-            self._join = 0
         try:
             with self._context.current() as d:
                 for ptr in mem:
                     d.ipc_close_mem(ptr)
                 for ev in events:
                     d.event_destroy(ev)
-                if join:
-                    d.stream_destroy(join)
+                self._destroy_join(d)
             self._context.release()
         except NativeCudaError as e:
             logger.warning("freeing the CUDA resources of a closed pipeline: %s", e)

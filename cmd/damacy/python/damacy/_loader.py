@@ -124,7 +124,7 @@ class Loader:
     source gets the same geometric transform on its own axes).
 
     Lifetime: a batch is released when the next one is asked for (after
-    the work queued on the current CUDA stream, on the CUDA engine): the
+    the work queued on the current CUDA stream, on a GPU): the
     tensors of batch i are valid until the next iteration, as the usual
     loop needs. A tensor kept longer keeps its batch slot, and the pipeline
     stalls (TryAgain) once every slot is kept. Without torch, the
@@ -171,6 +171,10 @@ class Loader:
                 cfg = dataclasses.replace(cfg, batch_size=batch_size)
             if not cfg.sample_shape:
                 cfg = dataclasses.replace(cfg, sample_shape=sampler.box)
+            if cfg.engine is None:
+                # A training loop's model shares the GPU: the loader's GPU
+                # work is a copy in this process's own context.
+                cfg = dataclasses.replace(cfg, engine="host")
             self.pipeline = Pipeline(cfg)
             self._own = True
         elif isinstance(pipeline_or_config, Pipeline):
@@ -188,7 +192,7 @@ class Loader:
         self.batch_size = self.pipeline.config.batch_size
         self.drop_last = bool(drop_last)
         self._torch = _torch()
-        self._cuda = self.pipeline.server_info.get("engine") == "cuda"
+        self._cuda = self.pipeline.server_info.get("batches", "cpu") != "cpu"
         self._feed: Optional[_Feed] = None  # the last feed pushed, until drained
         self._active: Optional[_Feed] = None  # the feed being iterated
         self._skipped: List[Skipped] = []  # the current epoch's draws left out (on_error="skip")

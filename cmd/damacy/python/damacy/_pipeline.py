@@ -11,6 +11,7 @@ from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, 
 from . import _cuda, _device, _log, _server
 from ._batch import Batch, BatchInfo, Skipped
 from ._config import Config
+from ._copy import CopyEngine
 from ._engine import CudaEngine, Engine, HostEngine
 from ._enums import Dtype
 from ._errors import DamacyError, InvalidArgument, ShutdownError, TryAgain, error_from_wire
@@ -158,13 +159,17 @@ class Pipeline:
         self._spans: Deque[Tuple[int, int, int]] = collections.deque()
 
         target = _device.choose(config.device)
+        # engine="host" on a GPU: the server's host engine assembles, this
+        # process copies each batch to the GPU (CopyEngine).
+        copying = target.kind == "cuda" and config.engine == "host"
+        server_target = _device.Target("cpu") if copying else target
         sock, process = _server.launch()
         conn = _server.Connection(sock, process, _log.forward)
         engine: Optional[Engine] = None
         try:
             try:
                 hello = conn.request(
-                    "hello", version=VERSION, config=hello_config(config), device=target.hello()
+                    "hello", version=VERSION, config=hello_config(config), device=server_target.hello()
                 ).message
             except DamacyError as e:
                 e.what = "create"
@@ -180,6 +185,8 @@ class Pipeline:
                         "the server chose its CUDA engine for a host-engine pipeline", what="create"
                     )
                 engine = CudaEngine(conn, _cuda.Context(_cuda.load(), target.ordinal))
+            elif copying:
+                engine = CopyEngine(conn, _cuda.Context(_cuda.load(), target.ordinal))
             else:
                 engine = HostEngine(conn)
             _log.attach(conn)
@@ -193,6 +200,7 @@ class Pipeline:
         self._server_info: Dict[str, Any] = {
             k: hello.get(k) for k in ("server", "engine", "device", "decoder", "slots", "pid")
         }
+        self._server_info["batches"] = f"cuda:{target.ordinal}" if target.kind == "cuda" else "cpu"
         slots = hello.get("slots")
         self._slots = slots if isinstance(slots, int) and not isinstance(slots, bool) else 0
         # Samples sent ahead of what has been popped: enough to keep the
@@ -224,7 +232,10 @@ class Pipeline:
         is this package's ``__version__``, and the revision when known),
         ``engine`` ("cuda" or "host"), ``device`` (the server's ordinal, UUID
         and name of the GPU; None on the host engine), ``decoder`` (e.g.
-        "nvcomp 6.0.0 + cpu" or "cpu"), ``slots`` and ``pid``."""
+        "nvcomp 6.0.0 + cpu" or "cpu"), ``slots`` and ``pid``; and where
+        the batches come out, ``batches``: "cuda:N" (this process's CUDA
+        ordinal; copied there by this process from the host engine's shared
+        memory when ``engine`` is "host") or "cpu"."""
         return dict(self._server_info)
 
     def __enter__(self) -> "Pipeline":

@@ -9,7 +9,9 @@
  *   CUDA_ERROR_INVALID_CONTEXT (201) without it;
  * - "device memory" is host memory: an IPC memory handle is the text
  *   "memfd PID FD SIZE" (the fake server's slot), opened by mapping
- *   /proc/PID/fd/FD; cuMemcpyDtoH is memcpy;
+ *   /proc/PID/fd/FD; cuMemcpyDtoH is memcpy; cuMemAlloc is malloc and
+ *   cuMemcpyHtoDAsync memcpy (logged with its byte count and stream);
+ *   cuMemHostRegister and cuMemHostUnregister only log;
  * - events and streams are counters; an event opened from an IPC handle
  *   remembers the handle's text ("ready 0", "done 1": the fake server's);
  * - STUB_CUDA_FAIL_OPEN=PREFIX makes cuIpcOpenEventHandle fail for handles
@@ -235,5 +237,40 @@ int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n) {
     NEED_CONTEXT();
     memcpy(dst, (void *)(uintptr_t)src, n);
     logf_("cuMemcpyDtoH_v2 %zu", n);
+    return OK;
+}
+
+int cuMemAlloc_v2(uint64_t *ptr, size_t n) {
+    NEED_CONTEXT();
+    void *p = malloc(n);
+    if (!p) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    *ptr = (uint64_t)(uintptr_t)p;
+    logf_("cuMemAlloc_v2 %zu -> 0x%lx", n, (unsigned long)*ptr);
+    return OK;
+}
+
+int cuMemFree_v2(uint64_t ptr) {
+    NEED_CONTEXT();
+    free((void *)(uintptr_t)ptr);
+    logf_("cuMemFree_v2 0x%lx", (unsigned long)ptr);
+    return OK;
+}
+
+int cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
+    NEED_CONTEXT();
+    logf_("cuMemHostRegister_v2 0x%lx %zu %u", (unsigned long)(uintptr_t)p, n, flags);
+    return OK;
+}
+
+int cuMemHostUnregister(void *p) {
+    NEED_CONTEXT();
+    logf_("cuMemHostUnregister 0x%lx", (unsigned long)(uintptr_t)p);
+    return OK;
+}
+
+int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, uintptr_t stream) {
+    NEED_CONTEXT();
+    memcpy((void *)(uintptr_t)dst, src, n);
+    logf_("cuMemcpyHtoDAsync_v2 %zu 0x%lx", n, (unsigned long)stream);
     return OK;
 }

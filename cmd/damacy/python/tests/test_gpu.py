@@ -1,4 +1,5 @@
-"""GPU tests: the CUDA engine's batches through torch.from_dlpack.
+"""GPU tests: batches on the GPU through torch.from_dlpack, from the CUDA
+engine and from the host engine copied by the client (engine="host").
 
 They need torch with a CUDA device and a damacy binary that serves; they
 skip without them, and fail instead when DAMACY_REQUIRE_GPU=1. Stores are
@@ -200,8 +201,9 @@ def as_numpy(torch, x) -> np.ndarray:
     return x.cpu().numpy()
 
 
+@pytest.mark.parametrize("engine", ["cuda", "host"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_torch_batches_equal_the_host_engine_and_tensorstore(torch, stores, dtype):
+def test_torch_batches_equal_the_host_engine_and_tensorstore(torch, stores, dtype, engine):
     samples = samples_of(stores, 10, seed=1)  # 4, 4, 2
     device = torch.cuda.current_device()
     host = []
@@ -211,8 +213,8 @@ def test_torch_batches_equal_the_host_engine_and_tensorstore(torch, stores, dtyp
         for b in p.batches(3):
             with b:
                 host.append(b.numpy().copy())
-    with damacy.Pipeline(cfg(dtype, device)) as p:
-        assert p.server_info["engine"] == "cuda"
+    with damacy.Pipeline(cfg(dtype, device, engine=engine)) as p:
+        assert p.server_info["engine"] == engine and p.server_info["batches"] == f"cuda:{device}"
         p.push(samples)
         p.flush()
         at = 0
@@ -226,17 +228,18 @@ def test_torch_batches_equal_the_host_engine_and_tensorstore(torch, stores, dtyp
                 assert x.data_ptr() == t.info.device_ptr
                 got = as_numpy(torch, x)
                 np.testing.assert_array_equal(got, host[k])  # bitwise, NaN included
-                np.testing.assert_array_equal(t.numpy(), host[k])  # the CUDA engine's copy out
+                np.testing.assert_array_equal(t.numpy(), host[k])  # the copy out of device memory
                 want = np.stack([read_box(s.uri, list(s.aabb)) for s in samples[at : at + got.shape[0]]])
                 assert_batch(got, want, bf16=(dtype == "bf16"))
                 at += got.shape[0]
                 del x
 
 
-def test_release_after_a_stream(torch, stores):
+@pytest.mark.parametrize("engine", ["cuda", "host"])
+def test_release_after_a_stream(torch, stores, engine):
     samples = samples_of(stores, 24, seed=2)
     device = torch.cuda.current_device()
-    with damacy.Pipeline(cfg("f32", device, batch_slots=2)) as p:
+    with damacy.Pipeline(cfg("f32", device, batch_slots=2, engine=engine)) as p:
         p.push(samples)
         stream = torch.cuda.Stream()
         results = []
@@ -442,3 +445,49 @@ def test_dev_shm_after_the_client_is_killed(torch, stores):
         child.kill()
         child.wait()
         child.stdout.close()
+
+
+def test_loader_copies_batches_in_this_process(torch, tmp_path):
+    """A Loader on the GPU (the default engine: the host engine's batches
+    copied here): an image and its label with augmentation equal the host
+    engine's, bit for bit, though each batch is overwritten on the GPU
+    right after it is read (a reused buffer waits for that work)."""
+    from test_train_step import TINY
+
+    (tmp_path / "tiny.json").write_text(json.dumps(TINY))
+    subprocess.run([os.environ["DAMACY_BINARY"], "gen", str(tmp_path / "tiny.json"), str(tmp_path / "d")], check=True)
+    images = [str(tmp_path / "d" / f"a{i:03d}") for i in range(2)]
+
+    def loader(device):
+        sampler = damacy.ForegroundSampler(
+            [{"uri": im, "label": im + "/labels/cells"} for im in images], (1, 16, 16, 16), samples_per_epoch=22, seed=4
+        )
+        cfg = damacy.Config(
+            batch_size=4,
+            host_buffer_bytes=0,
+            device_buffer_bytes=0,
+            device=device,
+            sources=(damacy.Source("image", dtype="bf16"), damacy.Source("label", label="cells", dtype="u8")),
+            augment=damacy.Augment(seed=5, flip=((1, 0.5), (3, 0.5)), rot90=(((2, 3), 0.5),), mean=900.0, std=300.0),
+        )
+        return damacy.Loader(cfg, sampler)
+
+    want = []
+    with loader("cpu") as lo:
+        for b in lo:
+            want.append((b["image"].clone(), b["label"].clone()))
+    device = torch.cuda.current_device()
+    got = []
+    with loader(device) as lo:
+        assert lo.pipeline.server_info["engine"] == "host"
+        for b in lo:
+            x, y = b["image"], b["label"]
+            assert x.device == torch.device("cuda", device) and x.dtype == torch.bfloat16 and y.dtype == torch.uint8
+            got.append((x.cpu(), y.cpu()))
+            x.zero_()  # the consumer writes over its batch: the next copies into it wait
+            y.fill_(255)
+    torch.cuda.synchronize()
+    assert len(got) == len(want) == 6
+    for (gx, gy), (wx, wy) in zip(got, want):
+        assert torch.equal(gx.view(torch.int16), wx.view(torch.int16))  # bitwise
+        assert torch.equal(gy, wy)

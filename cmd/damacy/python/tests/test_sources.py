@@ -388,8 +388,8 @@ def test_one_tensor_per_source(fake_sources):
         # One memfd per (tensor, slot), in tensor order with its slot's first
         # batch, mapped once: slot 0 with batch 0, slot 1 with batch 1.
         assert server.fds_sent == [(b, i, b) for b in (0, 1) for i in range(4)]
-        assert sorted(p._engine._slots) == [(i, s) for i in range(4) for s in (0, 1)]
-        assert p._engine._replaced == []
+        assert sorted(p._engine._maps._slots) == [(i, s) for i in range(4) for s in (0, 1)]
+        assert p._engine._maps._replaced == []
         wait_until(lambda: len(server.releases) == 4)
         assert server.releases == [{"op": "release", "batch": k} for k in range(4)]  # one per batch
         assert server.violations == []
@@ -752,7 +752,7 @@ def test_several_batches_held_and_mappings_reused(serve_binary, images):
             del held
         assert at == 30
         assert len(seen) == 2 * 3
-        assert sorted(p._engine._slots) == sorted(seen) and p._engine._replaced == []
+        assert sorted(p._engine._maps._slots) == sorted(seen) and p._engine._maps._replaced == []
 
 
 def test_unknown_label_names_the_source_and_the_uri(serve_binary, images):
