@@ -27,34 +27,47 @@ func detectAVX2() bool {
 	return ebx7&(1<<5) != 0
 }
 
-// convertRows converts rows rows of n elements each, the rows dstStride
-// and srcStride bytes apart: eight elements at a time with AVX2 where the
-// CPU has it, else in Go. A row of at least 8 that is not a multiple of 8
-// ends with a step over its last 8 elements, which writes some of them a
-// second time, with the same values.
-func convertRows(k rowKind, dst, src unsafe.Pointer, n, rows, dstStride, srcStride int) {
-	if !hasAVX2 || n < 8 {
-		convertRowsGo(k, dst, src, n, rows, dstStride, srcStride)
-		return
+// vectorRow returns the row loop (see rowFunc) of source type src into
+// output type out that runs convertAVX2 where it can: with AVX2, for a row
+// kind (8- and 16-bit integers into float32 or bfloat16), on rows of at
+// least 8 contiguous source elements, any output strides. twin, the
+// portable loop, does the other blocks, and is returned as it is where
+// there is no vector loop. A row that is not a multiple of 8 ends with a
+// step over its last 8 elements, which writes some of them a second time,
+// with the same values.
+func vectorRow(src, out Dtype, twin rowFunc) rowFunc {
+	k, ok := rowKindOf(src, out)
+	if !hasAVX2 || !ok {
+		return twin
 	}
-	m := n &^ 7
-	in, out := k.sizes()
-	tailDst, tailSrc := (n-8)*out, (n-8)*in
-	for r := range rows {
-		if r > 0 { // one row past the last may lie outside the allocation
-			dst, src = unsafe.Add(dst, dstStride), unsafe.Add(src, srcStride)
+	in, o := k.sizes()
+	return func(h *hostOp, b rowBlock) bool {
+		if b.ss != in || b.n < 8 {
+			return twin(h, b)
 		}
-		convertAVX2(k, dst, src, m)
-		if m < n {
-			convertAVX2(k, unsafe.Add(dst, tailDst), unsafe.Add(src, tailSrc), 8)
+		mode := 2
+		switch b.ds {
+		case o:
+			mode = 0
+		case -o:
+			mode = 1
 		}
+		var m *[4]float32 // Scale, Offset, Lo, Hi
+		if h.intensity != nil {
+			m = (*[4]float32)(unsafe.Pointer(&h.intensity.Scale))
+		}
+		convertAVX2(k, mode, m, &b)
+		return true
 	}
 }
 
-// convertAVX2 converts n elements, a positive multiple of 8.
+// convertAVX2 converts the block b of row kind k, whose rows have at
+// least 8 elements, read contiguously (b.ss is the source size), through
+// the intensity map m unless nil (mode 0: b.ds is the output size; 1:
+// minus the output size; 2: any).
 //
 //go:noescape
-func convertAVX2(k rowKind, dst, src unsafe.Pointer, n int)
+func convertAVX2(k rowKind, mode int, m *[4]float32, b *rowBlock)
 
 func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 

@@ -2,10 +2,5 @@
 
 package ptx
 
-import "unsafe"
-
-// convertRows converts rows rows of n elements each, the rows dstStride
-// and srcStride bytes apart.
-func convertRows(k rowKind, dst, src unsafe.Pointer, n, rows, dstStride, srcStride int) {
-	convertRowsGo(k, dst, src, n, rows, dstStride, srcStride)
-}
+// vectorRow returns twin: there is no vector row loop.
+func vectorRow(src, out Dtype, twin rowFunc) rowFunc { return twin }

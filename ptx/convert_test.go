@@ -2,67 +2,111 @@ package ptx
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math"
+	"slices"
 	"testing"
 	"unsafe"
 )
 
-// TestConvertRow compares a row of convertRows (vector loop and tail) with the
-// portable loop and with castRow and writeRow, for every row kind, at
-// every length up to 70 and unaligned starts, on random values and every
-// extreme of the source types.
-func TestConvertRow(t *testing.T) {
+// TestVectorRow compares the row loops of the row kinds (with AVX2, the
+// vector loop and its tail) with the portable loops, and those with the
+// generic path's conversions (Float32Bits, the intensity map,
+// BFloat16Bits), for every output stride mode (forward, reversed, strided
+// either way) and source stride, at every length up to 70, in blocks of
+// one to three rows, with and without random intensity maps, on random
+// values and every extreme of the source types.
+func TestVectorRow(t *testing.T) {
+	var b rowBlock // convert_amd64.s reads its fields at these offsets
+	offs := []uintptr{unsafe.Offsetof(b.d), unsafe.Offsetof(b.s), unsafe.Offsetof(b.n), unsafe.Offsetof(b.rows),
+		unsafe.Offsetof(b.ds), unsafe.Offsetof(b.ss), unsafe.Offsetof(b.dr), unsafe.Offsetof(b.sr)}
+	if unsafe.Sizeof(0) == 8 && !slices.Equal(offs, []uintptr{0, 8, 16, 24, 32, 40, 48, 56}) {
+		t.Fatalf("rowBlock field offsets %v", offs)
+	}
 	rng := newRand(t)
-	srcs := map[Dtype]int{Uint8: 1, Uint16: 2, Int16: 2}
-	for src, size := range srcs {
-		for _, outType := range []Dtype{Float32, BFloat16} {
-			k, ok := rowKindOf(src, outType)
-			if !ok {
-				t.Fatalf("no row kind for %v -> %v", src, outType)
+	for _, src := range []Dtype{Uint8, Uint16, Int16} {
+		for _, out := range []Dtype{Float32, BFloat16} {
+			k, ok := rowKindOf(src, out)
+			if in, o := k.sizes(); !ok || in != src.Size() || o != out.Size() {
+				t.Fatalf("%v -> %v: row kind %d, %v, sizes %d, %d", src, out, k, ok, in, o)
 			}
-			in, osz := k.sizes()
-			if in != size || osz != outType.Size() {
-				t.Fatalf("%v -> %v: sizes %d, %d", src, outType, in, osz)
+			fast := rowFuncOf(src, out)
+			twin := floatRow[uint8](out)
+			switch src {
+			case Uint16:
+				twin = floatRow[uint16](out)
+			case Int16:
+				twin = floatRow[int16](out)
 			}
+			isz, osz := src.Size(), out.Size()
 			for n := 0; n <= 70; n++ {
-				for off := range 3 {
-					raw := make([]byte, (n+off+1)*size)
-					for i := range raw {
-						raw[i] = byte(rng.Uint32())
-					}
-					// Extremes: 0, the largest, and for int16 the smallest.
-					if n > 2 {
-						copy(raw[off*size:], []byte{0xff, 0x7f, 0x00, 0x80}[:size])
-						copy(raw[(off+1)*size:], []byte{0xff, 0xff}[:size])
-						copy(raw[(off+2)*size:], []byte{0x00, 0x00}[:size])
-					}
-					s := raw[off*size : (off+n)*size]
-					got := bytes.Repeat([]byte{poison}, (n+2)*osz)
-					want := bytes.Repeat([]byte{poison}, (n+2)*osz)
-					var sp unsafe.Pointer
-					if n > 0 {
-						sp = unsafe.Pointer(&s[0])
-					}
-					convertRows(k, unsafe.Pointer(&got[osz]), sp, n, 1, 0, 0)
-					convertRowGo(k, unsafe.Pointer(&want[osz]), sp, n)
-					if !bytes.Equal(got, want) {
-						t.Fatalf("%v -> %v, n %d, offset %d: convertRows %x, portable loop %x", src, outType, n, off, got, want)
-					}
-					// The portable loop against the general path.
-					if n == 0 {
-						continue
-					}
-					r := make([]uint64, n)
-					for i := range r {
-						for j := range size {
-							r[i] |= uint64(s[i*size+j]) << (8 * j)
+				for _, ds := range []int{1, -1, 3, -2, 130} {
+					for _, ss := range []int{1, 1, 2} {
+						var h hostOp
+						if rng.IntN(3) != 0 {
+							tf := must(Identity().WithIntensity(randomIntensity(rng)))
+							h.intensity = &tf
 						}
-					}
-					v := make([]uint32, n)
-					castRow(v, r, src)
-					ref := make([]byte, n*osz)
-					writeRow(ref, outType, 0, 1, v, make([]uint16, n))
-					if !bytes.Equal(want[osz:osz+n*osz], ref) {
-						t.Fatalf("%v -> %v, n %d: portable loop %x, castRow+writeRow %x", src, outType, n, want[osz:osz+n*osz], ref)
+						// rows rows, the sources one after the other, the
+						// outputs interleaved (row r at element r of a
+						// stride of rows elements) when ds is not 1 or -1.
+						rows := 1 + rng.IntN(3)
+						raw := make([]byte, (rows*n*ss+2)*isz)
+						for i := range raw {
+							raw[i] = byte(rng.Uint32())
+						}
+						if n > 2 {
+							copy(raw[isz:], []byte{0xff, 0x7f, 0x00, 0x80}[:isz])
+							copy(raw[isz*(1+ss):], []byte{0xff, 0xff}[:isz])
+							copy(raw[isz*(1+2*ss):], []byte{0x00, 0x00}[:isz])
+						}
+						step, dr := ds*rows, n*abs(ds)
+						if ds == 1 || ds == -1 {
+							step, dr = ds, n
+						} else {
+							dr = 1
+						}
+						span := (rows*n*abs(ds) + rows) * osz
+						got, want := bytes.Repeat([]byte{poison}, span+2*osz), bytes.Repeat([]byte{poison}, span+2*osz)
+						at := osz
+						if ds < 0 && n > 0 {
+							at += (n - 1) * abs(step) * osz
+						}
+						b := rowBlock{s: unsafe.Pointer(&raw[isz]), n: n, rows: rows,
+							ds: step * osz, ss: ss * isz, dr: dr * osz, sr: n * ss * isz}
+						b.d = unsafe.Pointer(&got[at])
+						fast(&h, b)
+						b.d = unsafe.Pointer(&want[at])
+						twin(&h, b)
+						if !bytes.Equal(got, want) {
+							t.Fatalf("%v -> %v, n %d, rows %d, strides %d, %d, map %+v: row loop %x, portable loop %x",
+								src, out, n, rows, step, ss, h.intensity, got, want)
+						}
+						// The portable loop against the generic path's
+						// conversions.
+						for r := range rows {
+							for i := range n {
+								e := raw[isz*(1+r*n*ss+i*ss):]
+								v := uint64(e[0])
+								if isz == 2 {
+									v = uint64(binary.LittleEndian.Uint16(e))
+								}
+								f := Float32Bits(src, v)
+								if h.intensity != nil {
+									f = h.intensity.mapBits(f)
+								}
+								o := want[at+(r*dr+i*step)*osz:]
+								g := uint64(binary.NativeEndian.Uint16(o))
+								w := uint64(BFloat16Bits(f))
+								if out == Float32 {
+									g, w = uint64(binary.NativeEndian.Uint32(o)), uint64(f)
+								}
+								if g != w {
+									t.Fatalf("%v -> %v, map %+v: element %d of row %d, %#x, = %#x; want %#x (%v)",
+										src, out, h.intensity, i, r, v, g, w, math.Float32frombits(f))
+								}
+							}
+						}
 					}
 				}
 			}
@@ -72,3 +116,5 @@ func TestConvertRow(t *testing.T) {
 		t.Error("a row kind for float32 sources")
 	}
 }
+
+func abs(x int) int { return max(x, -x) }

@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 )
 
 // hostUnit is how many elements of one op a worker of AssembleHost takes
@@ -237,17 +236,15 @@ type hostOp struct {
 	lastBlock           int64
 	nFull, nLast        int64
 	whole               bool
-	// direct: rows of unshuffled little-endian 8- or 16-bit integers,
-	// contiguous in the chunk and in the output, converted in one pass as
-	// row kind kind.
-	direct bool
-	kind   rowKind
+	// row is the typed row loop of an unshuffled source in host byte
+	// order (see rowFuncOf), or nil for the generic path.
+	row rowFunc
 	// intensity is the sample's transform when it has an intensity map.
 	intensity *Transform
-	// An integer output: its size and range, and whether values need the
-	// misfit check.
-	integer bool
+	// The output's item size. An integer output: its range, and whether
+	// values need the misfit check.
 	outSize int64
+	integer bool
 	lo, hi  int64
 	check   bool
 }
@@ -284,8 +281,9 @@ func (h *hostOp) prepare(op *Op, l *Layout, arena []byte, tf *Transform) {
 	if tf != nil && tf.Intensity {
 		h.intensity = tf
 	}
+	h.outSize = int64(l.Dtype.Size())
 	if l.Dtype.IsInteger() {
-		h.integer, h.outSize = true, int64(l.Dtype.Size())
+		h.integer = true
 		h.lo, h.hi = intRange(l.Dtype)
 		h.check = NeedsCheck(op.SrcDtype, l.Dtype)
 	}
@@ -294,9 +292,9 @@ func (h *hostOp) prepare(op *Op, l *Layout, arena []byte, tf *Transform) {
 	}
 	h.size = int64(op.SrcDtype.Size())
 	h.chunk = arena[op.SrcOffset : op.SrcOffset+srcBytes(op, h.rank)]
-	h.kind, h.direct = rowKindOf(op.SrcDtype, l.Dtype)
-	h.direct = h.direct && h.intensity == nil && op.Shuffle == NoShuffle && !op.BigEndian &&
-		op.SrcStride[h.rank-1] == 1 && h.ostride[h.rank-1] == 1 && (h.size == 1 || littleEndianHost())
+	if op.Shuffle == NoShuffle && !op.BigEndian && (h.size == 1 || littleEndianHost()) {
+		h.row = rowFuncOf(op.SrcDtype, l.Dtype)
+	}
 	if op.Shuffle != NoShuffle {
 		h.blockSize, h.typeSize = int64(op.BlockSize), int64(op.TypeSize)
 		nbytes := int64(op.NBytes)
@@ -320,8 +318,8 @@ func (h *hostOp) run(out []byte, outType Dtype, start, n int64, sc *HostScratch,
 		c[d] = rem % int64(op.Extent[d])
 		rem /= int64(op.Extent[d])
 	}
-	if h.direct {
-		h.runDirect(out, &c, n)
+	if h.row != nil {
+		h.runRows(out, &c, n, sc, m)
 		return
 	}
 	for n > 0 {
@@ -387,55 +385,4 @@ func (h *hostOp) intRow(out []byte, dst int64, raw []uint64, ints []int64, m *Mi
 		}
 	}
 	writeInts(out, h.outSize, dst, step, ints)
-}
-
-// runDirect writes n elements of a direct op from box coordinates c on,
-// in passes of convertRows; the offsets move with the coordinates rather
-// than being recomputed per row.
-func (h *hostOp) runDirect(out []byte, c *[MaxRank]int64, n int64) {
-	op := h.op
-	last := h.rank - 1
-	dst, src := h.dst, h.src
-	for d := range h.rank {
-		dst += c[d] * h.ostride[d]
-		src += c[d] * int64(op.SrcStride[d])
-	}
-	in, o := h.kind.sizes()
-	isz, osz := int64(in), int64(o)
-	ext := int64(op.Extent[last])
-	for n > 0 {
-		// The rest of the current row; or, from a row's start, whole rows
-		// up to the end of the next dimension, in one call. The slices
-		// span the block, from its lowest row's start to its highest
-		// row's end (a transform may order the output rows backwards),
-		// which checks its bounds. The chunk's elements are read in
-		// place: aligned to their size (chunks start 256-aligned).
-		d, seg, rows := last, min(ext-c[last], n), int64(1)
-		step := seg
-		var ds, ss int64
-		if c[last] == 0 && last > 0 && n >= ext {
-			d = last - 1
-			rows = min(n/ext, int64(op.Extent[d])-c[d])
-			step = rows
-			ds, ss = h.ostride[d], int64(op.SrcStride[d])
-		}
-		lo, hi := dst, dst+(rows-1)*ds
-		if hi < lo {
-			lo, hi = hi, lo
-		}
-		block := out[osz*lo : osz*(hi+seg)]
-		convertRows(h.kind, unsafe.Add(unsafe.Pointer(unsafe.SliceData(block)), osz*(dst-lo)),
-			unsafe.Pointer(unsafe.SliceData(h.chunk[isz*src:isz*(src+(rows-1)*ss+seg)])),
-			int(seg), int(rows), int(osz*ds), int(isz*ss))
-		n -= rows * seg
-		c[d] += step
-		dst += step * h.ostride[d]
-		src += step * int64(op.SrcStride[d])
-		for ; d > 0 && c[d] == int64(op.Extent[d]); d-- {
-			dst += h.ostride[d-1] - c[d]*h.ostride[d]
-			src += int64(op.SrcStride[d-1]) - c[d]*int64(op.SrcStride[d])
-			c[d] = 0
-			c[d-1]++
-		}
-	}
 }

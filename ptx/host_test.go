@@ -490,33 +490,6 @@ func TestFastDivision(t *testing.T) {
 	}
 }
 
-// FuzzAssembleHost feeds arbitrary op bytes to AssembleHost: it must either
-// refuse them with an *OpError or execute them without a panic.
-func FuzzAssembleHost(f *testing.F) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	sc, err := newScenario(rng, BFloat16, []int{5, 6}, allSpecs()[:18])
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, op := range sc.plan.Ops() {
-		f.Add(OpBytes([]Op{op}))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var op Op
-		if len(b) != len(OpBytes([]Op{op})) {
-			return
-		}
-		copy(OpBytes([]Op{op}), b)
-		op.BigEndian = b[191]&1 != 0 // keep the bool valid
-		out := make([]byte, sc.layout.Bytes())
-		err := AssembleHost(out, sc.layout, sc.arena, []Op{op}, nil, 1)
-		var opErr *OpError
-		if err != nil && !errors.As(err, &opErr) {
-			t.Fatalf("error %v is not an *OpError", err)
-		}
-	})
-}
-
 // BenchmarkAssembleHost measures the host twin on a batch like the
 // throughput scenario's: 128^3 boxes of uint16 from 32x64x64 chunks, into
 // float32, 4 samples.

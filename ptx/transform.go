@@ -169,15 +169,21 @@ func (t *Transform) MapValue(v float32) float32 {
 
 // mapBits is the intensity map on float32 bits.
 func (t *Transform) mapBits(b uint32) uint32 {
-	r := float32(math.Float32frombits(b) * t.Scale)
-	r = float32(r + t.Offset)
+	return mapValue(math.Float32frombits(b), t.Scale, t.Offset, t.Lo, t.Hi)
+}
+
+// mapValue returns the float32 bits of v through the intensity map of
+// scale, offset, lo and hi (see Transform).
+func mapValue(v, scale, offset, lo, hi float32) uint32 {
+	r := float32(v * scale)
+	r = float32(r + offset)
 	if r != r {
 		return canonicalNaN
 	}
-	if r < t.Lo {
-		r = t.Lo
-	} else if r > t.Hi {
-		r = t.Hi
+	if r < lo {
+		r = lo
+	} else if r > hi {
+		r = hi
 	}
 	return math.Float32bits(r)
 }
