@@ -105,7 +105,8 @@ class CopyEngine(DeviceEngine):
                     buffers.append(buf)
                     if buf.waits:
                         d.stream_wait_event(stream, buf.done)
-                    d.memcpy_htod_async(buf.ptr, src, nbytes, stream)
+                    if nbytes:  # a batch all of whose samples were skipped has none
+                        d.memcpy_htod_async(buf.ptr, src, nbytes, stream)
                     d.event_record(buf.ready, stream)
                 copied = self._copy_event(d)
                 d.event_record(copied, stream)

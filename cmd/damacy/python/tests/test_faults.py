@@ -239,14 +239,30 @@ def test_pipeline(serve_binary, dataset, on_error):
 
 
 def as_array(x: Any) -> np.ndarray:
-    return np.asarray(x.numpy())
+    return np.asarray(x.cpu().numpy() if hasattr(x, "cpu") else x.numpy())
 
 
+def gpu_device() -> int:
+    """torch's current CUDA device; skips without one (fails instead when
+    DAMACY_REQUIRE_GPU=1)."""
+    try:
+        import torch
+    except ImportError as e:
+        support.skip_or_fail(f"torch is not installed ({e})", "DAMACY_REQUIRE_GPU")
+    if not torch.cuda.is_available():
+        support.skip_or_fail("torch sees no CUDA device", "DAMACY_REQUIRE_GPU")
+    return int(torch.cuda.current_device())
+
+
+@pytest.mark.parametrize("where", ["cpu", "gpu"])
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
-def test_loader(serve_binary, dataset, on_error):
+def test_loader(serve_binary, dataset, on_error, where):
+    """A Loader over the faulty dataset; "gpu": the Loader's default on a
+    GPU (the host engine's batches copied onto it by this process)."""
     ds, bs = dataset, 3
     arrays = [f"{ds.base}/{n}.zarr" for n in NAMES]
-    with damacy.Pipeline(config(bs, on_error)) as p:
+    extra: Dict[str, Any] = {"device": gpu_device(), "engine": "host"} if where == "gpu" else {}
+    with damacy.Pipeline(config(bs, on_error, **extra)) as p:
         loader = damacy.Loader(p, damacy.GridSampler(arrays, BOX))
         draws = {d.index: d for d in loader.sampler.draws(0, 0, len(loader.sampler))}
         bad = {i for i, d in draws.items() if d.sample.uri.endswith("/b.zarr") and ds.case.spoils(d.sample.aabb)}
@@ -277,7 +293,7 @@ def test_loader(serve_binary, dataset, on_error):
                 if resumed is None:  # a new loader from the state after the error goes on from there
                     state = loader.state_dict()
                     assert state["next"] % bs == 0 and state["next"] > 0
-                    with damacy.Pipeline(config(bs, on_error)) as q:
+                    with damacy.Pipeline(config(bs, on_error, **extra)) as q:
                         other = damacy.Loader(q, damacy.GridSampler(arrays, BOX))
                         other.load_state_dict(state)
                         resumed = []
