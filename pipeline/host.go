@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/damacy-go/damacy/pipeline/plan"
-	"github.com/damacy-go/damacy/pipeline/work"
+	"github.com/damacy-go/damacy/internal/plan"
+	"github.com/damacy-go/damacy/internal/work"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
