@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/damacy-go/damacy/pipeline/cache"
+	"github.com/damacy-go/damacy/internal/cache"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 )

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/damacy-go/damacy/dlpack"
-	"github.com/damacy-go/damacy/pipeline/plan"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/zarr/remote"
 )
 

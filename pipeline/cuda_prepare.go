@@ -269,5 +269,5 @@ func (e *cudaEngine) partPlan(b *waveBuf, k, n int) (*ptx.Plan, error) {
 		}
 		*set = append(*set, pl)
 	}
-	return planFor((*set)[k], n)
+	return assemblePlanFor((*set)[k], n)
 }

@@ -3,7 +3,7 @@ package pipeline
 import (
 	"unsafe"
 
-	"github.com/damacy-go/damacy/pipeline/plan"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"

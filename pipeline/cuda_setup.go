@@ -308,8 +308,8 @@ func (e *cudaEngine) reserve(shape []int) error {
 	// The block table of a wave has at most one entry per ElemsPerBlock
 	// output elements plus one per op: reserve the first part per wave,
 	// and each batch's transform table, for as many batches' elements as
-	// a wave may carry (see stages.plan; fewer when that would take more
-	// than an eighth of the slab).
+	// a wave may carry (see stages.planWaves; fewer when that would take
+	// more than an eighth of the slab).
 	elems := e.layout.Bytes() / int64(e.layout.Dtype.Size())
 	one := align(elems/ptx.ElemsPerBlock*4+4096) + align(int64(e.cfg.BatchSize)*int64(unsafe.Sizeof(ptx.Transform{})))
 	if one >= e.lim.slab/2 {

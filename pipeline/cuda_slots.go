@@ -15,7 +15,7 @@ import (
 // its tensor until the next step). A wave's first part may wait for its
 // slot: Pop's caller gives slots back as it pops the batches before. The
 // other parts are first waves of batches that joined the wave (see
-// stages.plan): waiting for their slots could wait on a batch of this
+// stages.planWaves): waiting for their slots could wait on a batch of this
 // very wave, which Pop's caller may need before it gives a slot back. So
 // they take a free slot or, if none is, the wave goes without them and
 // they are assembled late, once slots come back (assembleLate); their

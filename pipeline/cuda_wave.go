@@ -27,9 +27,9 @@ type cacheInsert struct {
 
 // wavePart is one batch's share of a CUDA wave: one wave of the batch's
 // plan. A wave carries one part, or a batch's last wave and the next
-// batches' first ones (see stages.plan), which share its slab, arena and
-// nvCOMP calls; each part is assembled into its own batch's slot, and
-// fails alone.
+// batches' first ones (see stages.planWaves), which share its slab,
+// arena and nvCOMP calls; each part is assembled into its own batch's
+// slot, and fails alone.
 type wavePart struct {
 	*wave
 	plan   *ptx.Plan
@@ -100,7 +100,7 @@ func (e *cudaEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 	wg.Add(5)
 	go func() {
 		defer wg.Done()
-		e.plan(ctx, reqs, planned, e.route, true)
+		e.planWaves(ctx, reqs, planned, e.route, true)
 	}()
 	go func() { // read: gather a wave's parts, read them into a pinned slab
 		defer wg.Done()

@@ -121,10 +121,11 @@
 // ErrCanceled) fail Pop as before, and Push's checks still return theirs.
 //
 // Imports: the standard library; zarr (with zarr/blosc and zarr/remote),
-// cuda, nvcomp, ptx and dlpack; and its own subpackages plan (the
-// zarr-level plan of a batch, the assemble ops, the rule for what nvCOMP
-// receives), cache (the LRU, a caching zarr.Locator, the open-file cache)
-// and work (the worker pool), which damacy bench's ceilings use too.
+// cuda, nvcomp, ptx and dlpack; and the module's internal packages
+// internal/plan (the zarr-level plan of a batch, the assemble ops, the
+// rule for what nvCOMP receives), internal/cache (the LRU, a caching
+// zarr.Locator, the open-file cache) and internal/work (the worker pool),
+// which damacy bench's ceilings use too.
 // Package pipeline/sampler builds on it, and the command (cmd/damacy: its
 // server and its bench) drives it.
 package pipeline

@@ -2,251 +2,16 @@ package pipeline
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/damacy-go/damacy/pipeline/plan"
-	"github.com/damacy-go/damacy/pipeline/work"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
-	"github.com/damacy-go/damacy/zarr/blosc"
 )
 
 // hostSlabs is the number of staging slabs: one filling, one being decoded,
 // one spare so IO never waits on compute for a whole wave.
 const hostSlabs = 3
-
-// stages is what the host and CUDA engines share: metadata, planning, IO
-// and CPU decoding, and the plumbing that moves waves between stages.
-type stages struct {
-	cfg    Config
-	stats  *statsSink
-	meta   *metaCache
-	fds    *fdCache
-	io     *work.Pool
-	cpu    *work.Pool
-	gets   chan int           // GET lanes: a token per request in flight (Config.IOConcurrency), shared by the waves read at once
-	decs   chan *zarr.Decoder // one per CPU worker
-	lim    waveLimits
-	chunks *chunkCache // nil: no chunk cache
-	maps   *fileMaps   // local files read from their mappings (nil: none)
-	shape  []int
-	head   atomic.Int32 // stage of the oldest unfinished batch
-	trace  tracer
-}
-
-func newStages(cfg Config, stats *statsSink) (*stages, error) {
-	s := &stages{
-		cfg:   cfg,
-		stats: stats,
-		meta:  newMetaCache(cfg, stats),
-		fds:   newFDCache(),
-		decs:  make(chan *zarr.Decoder, cfg.ComputeThreads),
-		trace: tracer(cfg.Trace),
-	}
-	for range cfg.ComputeThreads {
-		d, err := zarr.NewDecoder(zarr.DecoderOptions{MaxChunkBytes: int(cfg.chunkLimit())})
-		if err != nil {
-			s.closeDecoders()
-			return nil, newError("new", ErrInvalid, "", err)
-		}
-		s.decs <- d
-	}
-	s.io = work.NewPool(cfg.IOThreads)
-	s.cpu = work.NewPool(cfg.ComputeThreads)
-	s.gets = make(chan int, cfg.IOConcurrency)
-	for i := range cfg.IOConcurrency {
-		s.gets <- i
-	}
-	if cfg.ChunkCacheBytes > 0 {
-		s.chunks = newChunkCache(cfg.ChunkCacheBytes, stats)
-	}
-	return s, nil
-}
-
-func (s *stages) closeDecoders() {
-	for {
-		select {
-		case d := <-s.decs:
-			d.Close()
-		default:
-			return
-		}
-	}
-}
-
-func (s *stages) close() {
-	s.io.Stop()
-	s.cpu.Stop()
-	s.closeDecoders()
-	s.fds.closeAll()
-	s.meta.stores.Close()
-}
-
-func (s *stages) headStage() stage { return stage(s.head.Load()) }
-
-// releaseAll unpins chunk cache entries of a batch that failed planning.
-func (s *stages) releaseAll(hits []*cacheEntry) {
-	for _, e := range hits {
-		s.chunks.release(e)
-	}
-}
-
-// releaseHits unpins the chunk cache entries a wave read, once it has
-// been assembled (or has failed).
-func (s *stages) releaseHits(w *wave) {
-	if len(w.hits) == 0 {
-		return
-	}
-	bp := w.batch.plan
-	for _, ji := range w.hits {
-		s.chunks.release(bp.jobs[ji].hit)
-	}
-}
-
-// read runs a wave's read ops into slab.
-func (s *stages) read(ctx context.Context, w *wave, reads []readOp, slab []byte) error {
-	if hasRemote(reads) {
-		return s.readRemote(ctx, w, reads, slab)
-	}
-	t := time.Now()
-	n, err := s.preads(ctx, w, reads, slab)
-	s.stats.update(func(st *Stats) {
-		st.IO.add(time.Since(t), n, n)
-		st.ReadOps += int64(len(reads))
-		st.BytesRead += n
-	})
-	return err
-}
-
-// preads runs local read ops into slab on the IO workers and returns the
-// bytes they read.
-func (s *stages) preads(ctx context.Context, w *wave, reads []readOp, slab []byte) (int64, error) {
-	var n int64
-	for _, r := range reads {
-		n += r.length
-	}
-	return n, s.io.Run(ctx, len(reads), func(i int) error {
-		r := &reads[i]
-		return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
-	}, s.trace.workers("read", "io", w, n))
-}
-
-// decodeCPU decodes the wave's jobs that pick(j) selects from their stored
-// bytes (stored(j)) into dst(j) on the CPU workers.
-func (s *stages) decodeCPU(ctx context.Context, w *wave, stored func(*job) []byte, pick func(*job) bool, dst func(*job) []byte) error {
-	bp := w.batch.plan
-	var sel []*job
-	var in, out int64
-	for _, ji := range w.jobs {
-		if j := bp.jobs[ji]; pick(j) {
-			sel = append(sel, j)
-			in += j.chunk.Length
-			out += int64(j.layout.Bytes())
-		}
-	}
-	if len(sel) == 0 {
-		return nil
-	}
-	t := time.Now()
-	err := s.cpu.Run(ctx, len(sel), func(i int) error {
-		j := sel[i]
-		if err := s.decodeJob(j, stored(j), dst(j), j.bloscPayload); err != nil {
-			return decodeError(j, err)
-		}
-		return nil
-	}, s.trace.workers("decode", "cpu", w, out))
-	s.stats.update(func(st *Stats) {
-		st.Decompress.add(time.Since(t), in, out)
-		st.ChunksDecoded += int64(len(sel))
-	})
-	return err
-}
-
-// decodeJob decodes job j's stored bytes into out on the calling
-// goroutine. With bloscPayload (a blosc chunk's frame, past its checksums)
-// it leaves the blosc shuffle in place for the gather to undo (j.psrc
-// says how); otherwise it decodes the whole codec chain.
-func (s *stages) decodeJob(j *job, stored, out, bloscPayload []byte) error {
-	if bloscPayload != nil {
-		n, err := blosc.DecodeNoUnshuffle(out, bloscPayload)
-		if err == nil && n != len(out) {
-			err = fmt.Errorf("blosc chunk of %d bytes, want %d", n, len(out))
-		}
-		return err
-	}
-	d := <-s.decs
-	defer func() { s.decs <- d }()
-	return d.Decode(out, &j.chunk, stored)
-}
-
-func decodeError(j *job, err error) error {
-	kind := ErrDecode
-	if errors.Is(err, zarr.ErrTooLarge) {
-		kind = ErrBudget
-	}
-	return errorf("decode", kind, j.src.uri, "chunk %s at offset %d (%d bytes): %w", j.chunk.Key, j.chunk.Offset, j.chunk.Length, err).
-		inChunk(j.src.rel(j.chunk.Key), j.chunk.Offset, j.chunk.Length)
-}
-
-// assemblePlan builds the ptx plan of a wave; off(j) is where the gather
-// finds job j's decoded bytes. With added non-nil, it says for each copy
-// which ops, [from, to) in p.Ops(), it became, and the copy's job (an
-// index in the batch plan's jobs; -1 for a fill). It returns the number of
-// output elements the plan writes.
-func (s *stages) assemblePlan(p *ptx.Plan, w *wave, off func(*job) int64, added func(job, from, to int)) (int64, error) {
-	bp := w.batch.plan
-	p.Reset()
-	if err := setTransforms(p, w.batch.req); err != nil {
-		return 0, err
-	}
-	var fills, elems int64
-	for _, ci := range w.copies {
-		c := &bp.copies[ci]
-		from := len(p.Ops())
-		if c.Job < 0 {
-			fills++
-			n, err := plan.AddOp(p, c, nil, bp.fills[c.Sample])
-			if err != nil {
-				return 0, newError("assemble", ErrInvalid, "", err)
-			}
-			elems += n
-		} else {
-			j := bp.jobs[c.Job]
-			src := j.psrc
-			src.Offset = off(j)
-			n, err := plan.AddOp(p, c, &src, 0)
-			if err != nil {
-				return 0, newError("assemble", ErrInvalid, j.src.uri, err)
-			}
-			elems += n
-		}
-		if added != nil {
-			added(c.Job, from, len(p.Ops()))
-		}
-	}
-	s.stats.update(func(st *Stats) { st.ChunksFill += fills })
-	return elems, nil
-}
-
-// planFor returns the assemble plan for a batch of n samples: the engine's
-// full-size plan, or a new one for a ragged batch.
-func planFor(full *ptx.Plan, n int) (*ptx.Plan, error) {
-	if full.Layout().Samples == n {
-		return full, nil
-	}
-	l := full.Layout()
-	l.Samples = n
-	p, err := ptx.NewPlan(l)
-	if err != nil {
-		return nil, newError("assemble", ErrInvalid, "", err)
-	}
-	return p, nil
-}
 
 // hostEngine assembles batches in host memory, decoding on the CPU. It is
 // the CPU fallback and the oracle the CUDA engine is tested against.
@@ -327,14 +92,6 @@ func (h *hostEngine) reserve(shape []int) error {
 	return nil
 }
 
-func toInt64s(s []int) []int64 {
-	out := make([]int64, len(s))
-	for i, v := range s {
-		out[i] = int64(v)
-	}
-	return out
-}
-
 func (h *hostEngine) slotsInUse() int64 {
 	if h.pool == nil {
 		return 0
@@ -369,7 +126,7 @@ func (h *hostEngine) run(ctx context.Context, reqs <-chan *batchReq, out chan<- 
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		h.plan(ctx, reqs, planned, func(j *job) {
+		h.planWaves(ctx, reqs, planned, func(j *job) {
 			j.slabCost, j.arenaCost = j.chunk.Length, int64(j.layout.Bytes())+zarr.DecodeSlack
 		}, false)
 	}()

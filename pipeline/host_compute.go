@@ -38,7 +38,7 @@ func newHostWorker() *hostWorker {
 // (bigJob): its decoding into tasks that run beside the others, then,
 // once every task has run, the ops that read it into tasks of their own.
 func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error {
-	p, err := planFor(full, len(w.batch.req.samples))
+	p, err := assemblePlanFor(full, len(w.batch.req.samples))
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/damacy-go/damacy/pipeline/plan"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/damacy-go/damacy/pipeline/cache"
+	"github.com/damacy-go/damacy/internal/cache"
 )
 
 // fdCache reads the pipeline's read ops: files of local stores through an

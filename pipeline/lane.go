@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/damacy-go/damacy/pipeline/cache"
+	"github.com/damacy-go/damacy/internal/cache"
 )
 
 // lane is one source's engine and its request and result queues. The

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/damacy-go/damacy/pipeline/plan"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
 	"github.com/damacy-go/damacy/zarr/remote"

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/damacy-go/damacy/pipeline/plan"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 )

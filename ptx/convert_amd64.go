@@ -2,30 +2,11 @@
 
 package ptx
 
-import "unsafe"
+import (
+	"unsafe"
 
-// hasAVX2 reports whether the CPU and the OS support AVX2; set once at
-// start-up, read-only after.
-var hasAVX2 = detectAVX2()
-
-// detectAVX2 asks CPUID for AVX and AVX2 and XGETBV whether the OS saves
-// the YMM registers.
-func detectAVX2() bool {
-	maxLeaf, _, _, _ := cpuid(0, 0)
-	if maxLeaf < 7 {
-		return false
-	}
-	_, _, ecx1, _ := cpuid(1, 0)
-	const osxsave, avx = 1 << 27, 1 << 28
-	if ecx1&osxsave == 0 || ecx1&avx == 0 {
-		return false
-	}
-	if xcr0, _ := xgetbv(); xcr0&6 != 6 { // XMM and YMM state
-		return false
-	}
-	_, ebx7, _, _ := cpuid(7, 0)
-	return ebx7&(1<<5) != 0
-}
+	"github.com/damacy-go/damacy/internal/cpu"
+)
 
 // vectorRow returns the row loop (see rowFunc) of source type src into
 // output type out that runs convertAVX2 where it can: with AVX2, for a row
@@ -37,7 +18,7 @@ func detectAVX2() bool {
 // with the same values.
 func vectorRow(src, out Dtype, twin rowFunc) rowFunc {
 	k, ok := rowKindOf(src, out)
-	if !hasAVX2 || !ok {
+	if !cpu.HasAVX2() || !ok {
 		return twin
 	}
 	in, o := k.sizes()
@@ -68,7 +49,3 @@ func vectorRow(src, out Dtype, twin rowFunc) rowFunc {
 //
 //go:noescape
 func convertAVX2(k rowKind, mode int, m *[4]float32, b *rowBlock)
-
-func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-
-func xgetbv() (eax, edx uint32)

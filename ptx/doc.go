@@ -45,5 +45,7 @@
 // need a device-to-host round trip per wave to size the nvCOMP launch,
 // which stalls the pipeline; the reference system pays exactly that.
 //
-// Imports: the standard library and package cuda.
+// Imports: the standard library, package cuda, and (on amd64, unless built
+// with the purego tag) the module's internal/cpu, which says whether the
+// CPU has AVX2.
 package ptx

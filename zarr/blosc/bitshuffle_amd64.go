@@ -2,37 +2,18 @@
 
 package blosc
 
-import "unsafe"
+import (
+	"unsafe"
 
-// hasAVX2 reports whether the CPU and the OS support AVX2; set once at
-// start-up, read-only after.
-var hasAVX2 = detectAVX2()
-
-// detectAVX2 asks CPUID for AVX and AVX2 and XGETBV whether the OS saves
-// the YMM registers.
-func detectAVX2() bool {
-	maxLeaf, _, _, _ := cpuid(0, 0)
-	if maxLeaf < 7 {
-		return false
-	}
-	_, _, ecx1, _ := cpuid(1, 0)
-	const osxsave, avx = 1 << 27, 1 << 28
-	if ecx1&osxsave == 0 || ecx1&avx == 0 {
-		return false
-	}
-	if xcr0, _ := xgetbv(); xcr0&6 != 6 { // XMM and YMM state
-		return false
-	}
-	_, ebx7, _, _ := cpuid(7, 0)
-	return ebx7&(1<<5) != 0
-}
+	"github.com/damacy-go/damacy/internal/cpu"
+)
 
 // bitToBytePlanesSIMD transposes the first rl&^31 row bytes of each of the
 // ts planes of src into dst, as bitToBytePlanes does, with AVX2 where the
 // CPU has it (32 row bytes, 256 elements, at a time), and returns how many
 // row bytes of each plane it did: rl&^31, or 0.
 func bitToBytePlanesSIMD(dst, src []byte, ts, rl int) int {
-	if !hasAVX2 || rl < 32 {
+	if !cpu.HasAVX2() || rl < 32 {
 		return 0
 	}
 	_ = dst[8*rl*ts-1] // every plane's bytes lie in dst and src
@@ -53,7 +34,7 @@ func bitPlanesAVX2(dst, src unsafe.Pointer, rl, planes int)
 // has it and ts is 2 or 4 (32 elements at a time), and returns how many
 // elements it did: n&^31, or 0.
 func unshuffleSIMD(dst, src []byte, n, ts int) int {
-	if !hasAVX2 || n < 32 || (ts != 2 && ts != 4) {
+	if !cpu.HasAVX2() || n < 32 || (ts != 2 && ts != 4) {
 		return 0
 	}
 	_ = dst[n*ts-1] // every element lies in dst and src
@@ -67,7 +48,3 @@ func unshuffleSIMD(dst, src []byte, n, ts int) int {
 //
 //go:noescape
 func unshuffleAVX2(dst, src unsafe.Pointer, n, ts int)
-
-func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-
-func xgetbv() (eax, edx uint32)

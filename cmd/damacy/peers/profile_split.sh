@@ -63,6 +63,6 @@ allocation (mallocgc)|runtime\.mallocgc
 garbage collection (background)|runtime\.gcBgMarkWorker
 damacy's request layer (zarr/remote)|damacy/zarr/remote\.
 CPU decode (zstd, lz4, blosc)|klauspost/compress|pierrec/lz4|damacy/zarr/blosc
-assemble and convert (host)|damacy/ptx\.|damacy/pipeline/plan\.
+assemble and convert (host)|damacy/ptx\.|damacy/internal/plan\.
 scheduler and waits (futex, netpoll)|runtime\.(findRunnable|schedule|futex|netpoll)
 EOF

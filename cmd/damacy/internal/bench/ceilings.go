@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/pipeline"
-	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 )
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 	"github.com/damacy-go/damacy/cuda"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/pipeline"
-	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 )
 

@@ -16,7 +16,7 @@
 // can go through a shaped link on loopback (--link, package netshape).
 //
 // Imports: the standard library; pipeline, with pipeline/sampler and the
-// subpackages the ceilings share with a run (plan, cache, work); zarr,
-// zarr/blosc, zarr/remote and zarr/writer; cuda, nvcomp and ptx; and the
-// command's base and netshape.
+// module's internal packages the ceilings share with a run (internal/plan,
+// internal/cache, internal/work); zarr, zarr/blosc, zarr/remote and
+// zarr/writer; cuda, nvcomp and ptx; and the command's base and netshape.
 package bench

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/netshape"
-	"github.com/damacy-go/damacy/pipeline/plan"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/zarr/remote/remotetest"
 )
 

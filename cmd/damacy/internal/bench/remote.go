@@ -14,8 +14,8 @@ import (
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 	"github.com/damacy-go/damacy/cmd/damacy/internal/netshape"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/pipeline"
-	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/zarr/remote"
 )
 

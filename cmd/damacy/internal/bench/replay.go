@@ -10,10 +10,10 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/damacy-go/damacy/internal/cache"
+	"github.com/damacy-go/damacy/internal/plan"
+	"github.com/damacy-go/damacy/internal/work"
 	"github.com/damacy-go/damacy/pipeline"
-	"github.com/damacy-go/damacy/pipeline/cache"
-	"github.com/damacy-go/damacy/pipeline/plan"
-	"github.com/damacy-go/damacy/pipeline/work"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/remote"
 )

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/pipeline"
-	"github.com/damacy-go/damacy/pipeline/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 )

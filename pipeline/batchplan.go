@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/damacy-go/damacy/pipeline/plan"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/remote"
@@ -64,7 +64,7 @@ type wave struct {
 	last   bool  // the batch's last wave
 
 	// A batch's first wave may share the slab, arena and nvCOMP calls of
-	// the previous batch's last wave (see stages.plan): it is carried,
+	// the previous batch's last wave (see stages.planWaves): it is carried,
 	// its reads start at slabAt and its decoded bytes at arenaAt, after
 	// those of the wave it joins, whose joinsNext is set.
 	carried   bool

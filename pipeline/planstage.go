@@ -6,12 +6,12 @@ import (
 )
 
 // maxWaveParts bounds how many batches one wave may carry chunks of (see
-// plan).
+// planWaves).
 const maxWaveParts = 4
 
-// plan turns requests into waves: the first stage of both engines. A batch
-// that cannot be planned travels as one wave carrying its error, so that
-// results stay in order.
+// planWaves turns requests into waves: the first stage of both engines.
+// A batch that cannot be planned travels as one wave carrying its error,
+// so that results stay in order.
 //
 // With span (the CUDA engine, whose nvCOMP calls take about as long for a
 // few chunks as for a full wave), a batch's last wave is kept back until
@@ -21,7 +21,7 @@ const maxWaveParts = 4
 // queued yet is not waited for: the held wave then goes out alone, so a
 // batch is never later than it would be on its own by more than the
 // planning of the next one.
-func (s *stages) plan(ctx context.Context, reqs <-chan *batchReq, out chan<- *wave, route func(*job), span bool) {
+func (s *stages) planWaves(ctx context.Context, reqs <-chan *batchReq, out chan<- *wave, route func(*job), span bool) {
 	defer close(out)
 	send := func(w *wave) bool {
 		select {

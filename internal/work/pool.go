@@ -1,9 +1,3 @@
-// Package work is the pipeline's worker pool: a fixed set of goroutines
-// that runs a stage's tasks (reads, checks, CPU decoding) and reports
-// where each worker spent its time.
-//
-// It is exported so that damacy bench's ceilings run their reads and
-// decodes on the same pool a run does.
 package work
 
 import (

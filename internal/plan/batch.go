@@ -1,12 +1,3 @@
-// Package plan holds the parts of the pipeline's planner that do not
-// depend on an engine: the zarr-level plan of a batch (each stored chunk
-// once, however many samples overlap it), the assemble ops that gather
-// decoded chunks into a batch, and the rule that decides what nvCOMP
-// receives of a chunk.
-//
-// The engines build their waves on them, and damacy bench's ceilings plan,
-// assemble and feed nvCOMP with them, so that a ceiling measures the code
-// a run runs.
 package plan
 
 import "github.com/damacy-go/damacy/zarr"
