@@ -25,10 +25,11 @@ type job struct {
 	layout zarr.Layout
 	psrc   ptx.Source // the decoded chunk as the gather reads it; Offset set per wave
 
-	gpu       bool  // decoded by nvCOMP (CUDA engine) rather than on the CPU
-	decInSlab bool  // its decoded bytes go to the slab, after the reads (CPU decode on the CUDA engine)
-	slabCost  int64 // staging bytes the job needs
-	arenaCost int64 // decoded-arena bytes the job needs
+	gpu        bool  // decoded by nvCOMP (CUDA engine) rather than on the CPU
+	decInSlab  bool  // its decoded bytes go to the slab, after the reads (CPU decode on the CUDA engine)
+	rawInPlace bool  // a raw chunk the CUDA engine reads where it lands in staging: no room for a copy, its offset aligned (wave.layout)
+	slabCost   int64 // staging bytes the job needs
+	arenaCost  int64 // decoded-arena bytes the job needs
 
 	slabOff      int64  // where its stored bytes land in the slab
 	bloscPayload []byte // CUDA engine: a blosc chunk the CPU decodes without unshuffling
@@ -407,7 +408,9 @@ func (bp *batchPlan) cutWaves(bs *batchState, lim waveLimits, carry *wave) error
 // the slab in read order, then the outputs of CPU-decoded jobs that travel
 // in the slab (CUDA engine); decoded bytes of the others in the arena; all
 // from slabAt and arenaAt. A gap between two reads is bridged only while
-// the slab has room for it, and counts in w.slab.
+// the slab has room for it, and counts in w.slab. A chunk read in place
+// (rawInPlace) joins the read before it only where it stays aligned to
+// its elements: every read starts 256-aligned.
 func (w *wave) layout(bp *batchPlan, lim waveLimits) {
 	w.reads = w.reads[:0]
 	slack := lim.slab - w.slab // w.slab is the sum of the jobs' costs here
@@ -420,8 +423,9 @@ func (w *wave) layout(bp *batchPlan, lim waveLimits) {
 			gap := c.Offset - (r.offset + r.length)
 			end := align(r.slabOff + c.Offset + c.Length - r.offset)
 			extra := end - align(r.slabOff+r.length) - align(c.Length)
+			aligned := !j.rawInPlace || (c.Offset-r.offset)%int64(j.src.dtype.Size()) == 0
 			if r.src == j.src && r.key == c.Key && gap >= 0 && gap <= lim.readGap &&
-				c.Offset+c.Length-r.offset <= lim.readCap && extra <= slack {
+				c.Offset+c.Length-r.offset <= lim.readCap && extra <= slack && aligned {
 				slack -= max(extra, 0)
 				w.slab += max(extra, 0)
 				r.length = c.Offset + c.Length - r.offset

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/damacy-go/damacy/internal/plan"
+	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
@@ -157,5 +158,51 @@ func checkGroup(t *testing.T, round int, g []*wave, jobsOf func(*wave) []*job, l
 	}
 	if end += last.slabEnd; end > lim.slab {
 		t.Fatalf("round %d: %d staging bytes for %d waves, the limit is %d", round, end, len(g), lim.slab)
+	}
+}
+
+// A raw chunk the CUDA engine reads in place (rawInPlace) joins the read
+// before it only where its slab offset stays aligned to its elements: of
+// float64 chunks 4 bytes apart, each starts a read of its own; chunks
+// with room for a decoded copy, and aligned raw ones, share one read.
+func TestRouteRawChunkAlignedInPlace(t *testing.T) {
+	src := &source{uri: "a", dtype: ptx.Float64}
+	lim := waveLimits{slab: 1 << 20, arena: 1 << 20, jobs: 64, readCap: 64 << 10, readGap: 4 << 10}
+	for _, tc := range []struct {
+		name      string
+		raw       bool
+		gap       int64
+		wantReads int
+	}{{"in place, misaligned", true, 4, 4}, {"in place, aligned", true, 8, 1}, {"with room", false, 4, 1}} {
+		bp := &batchPlan{}
+		for i := range 4 {
+			j := &job{src: src, layout: zarr.Layout{Shape: []int64{32}, DataType: zarr.Float64},
+				chunk: zarr.Chunk{Key: "s/0", Offset: 4 + int64(i)*(256+tc.gap), Length: 256}}
+			j.slabCost, j.rawInPlace = j.chunk.Length, tc.raw
+			if !tc.raw {
+				j.decInSlab = true
+				j.slabCost += 256
+			}
+			bp.jobs = append(bp.jobs, j)
+			bp.copies = append(bp.copies, plan.Copy{Job: i, Shape: []int64{32}})
+		}
+		if err := bp.cutWaves(&batchState{}, lim, nil); err != nil {
+			t.Fatal(err)
+		}
+		w := bp.waves[0]
+		if len(bp.waves) != 1 || len(w.reads) != tc.wantReads {
+			t.Fatalf("%s: %d waves, %d reads, want one wave of %d", tc.name, len(bp.waves), len(w.reads), tc.wantReads)
+		}
+		for _, j := range bp.jobs {
+			if r := w.reads[j.readOp]; j.slabOff != r.slabOff+j.chunk.Offset-r.offset {
+				t.Fatalf("%s: chunk at %d in the slab, its read puts it at %d", tc.name, j.slabOff, r.slabOff+j.chunk.Offset-r.offset)
+			}
+			if tc.raw && j.slabOff%8 != 0 {
+				t.Fatalf("%s: raw float64 chunk read in place at slab offset %d", tc.name, j.slabOff)
+			}
+		}
+		if w.slab > lim.slab || w.slabEnd > w.slab {
+			t.Fatalf("%s: the wave ends at %d, counted %d of %d", tc.name, w.slabEnd, w.slab, lim.slab)
+		}
 	}
 }

@@ -22,12 +22,7 @@ type waveLayout struct {
 func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	slab := cw.slab.Bytes()
 	wl := &waveLayout{where: map[*job]int64{}}
-	cw.spill = cw.spill[:0]
-	for _, p := range cw.live() {
-		if err := e.preparePart(ctx, cw, p, slab, wl); err != nil {
-			p.err = err
-		}
-	}
+	e.prepareParts(ctx, cw, slab, wl)
 	if len(cw.live()) == 0 {
 		return
 	}
@@ -87,14 +82,71 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	cw.buf.uses++
 }
 
-// preparePart checks and routes the chunks of one part of a loaded wave
-// and decodes those the CPU takes: into the slab where planned so, else
-// into a spill buffer, from which submit copies them to their arena place.
-// The checks read the chunks nvCOMP may take (checksums, LZ4 sequences),
-// so CPU workers run them in parallel; the lists are then built in wave
-// order. Tasks take runs of jobs: one task per job costs more in handoffs
-// than a zstd header check.
-func (e *cudaEngine) preparePart(ctx context.Context, cw *cudaWave, p *wavePart, slab []byte, wl *waveLayout) error {
+// partPrep is one part of a wave between its checks and its CPU
+// decoding: its nvCOMP entries, the chunks nvCOMP refused (decoded into
+// spillBuf, which submit copies to their arena places), and where its
+// chunks lie in the wave's CPU decodes ([first, end)).
+type partPrep struct {
+	p          *wavePart
+	zstd, lz4  []nvEntry
+	spill      []*job
+	spillBuf   []byte
+	first, end int
+}
+
+// prepareParts checks and routes the chunks of the wave's live parts and
+// decodes those the CPU takes: into the slab where planned so, else into
+// a part's spill buffer, from which submit copies them to their arena
+// place (cw.spill). The CPU chunks of every part are decoded in one Run
+// of the CPU workers, a large one split into tasks as the host engine
+// splits it (splitDecode), so that a wave of few large chunks keeps every
+// worker busy. A part's errors are its own (p.err); the entries and
+// chunks of the others are laid out (wl).
+func (e *cudaEngine) prepareParts(ctx context.Context, cw *cudaWave, slab []byte, wl *waveLayout) {
+	var preps []partPrep
+	var ds []cpuDecode
+	for _, p := range cw.live() {
+		pp, err := e.routePart(ctx, p, slab, wl, &ds)
+		if err != nil {
+			p.err = err
+			continue
+		}
+		preps = append(preps, pp)
+	}
+	errs, runErr := e.decodeAll(ctx, cw.parts[0].wave, ds)
+	arenaAt := e.bufs[0].arena
+	cw.spill = cw.spill[:0]
+	for _, pp := range preps {
+		p := pp.p
+		for _, err := range errs[pp.first:pp.end] {
+			if err != nil && p.err == nil {
+				p.err = err
+			}
+		}
+		if p.err == nil && pp.end > pp.first {
+			p.err = runErr
+		}
+		if p.err != nil {
+			continue
+		}
+		for _, j := range pp.spill {
+			off, n := j.decOff-p.arenaAt, int64(j.layout.Bytes())
+			wl.where[j] = arenaAt + j.decOff
+			cw.spill = append(cw.spill, spillCopy{dst: arenaAt + j.decOff, src: pp.spillBuf[off : off+n]})
+		}
+		wl.zstd = append(wl.zstd, pp.zstd...)
+		wl.lz4 = append(wl.lz4, pp.lz4...)
+		wl.end = max(wl.end, p.slabEnd)
+	}
+}
+
+// routePart checks and routes the chunks of one part of a loaded wave,
+// and appends to ds those the CPU decodes. The checks read the chunks
+// nvCOMP may take (checksums, LZ4 sequences), so CPU workers run them in
+// parallel; the lists are then built in wave order. Tasks take runs of
+// jobs: one task per job costs more in handoffs than a zstd header check.
+func (e *cudaEngine) routePart(ctx context.Context, p *wavePart, slab []byte, wl *waveLayout, ds *[]cpuDecode) (partPrep, error) {
+	pp := partPrep{p: p}
 	w := p.wave
 	bp := w.batch.plan
 	checks := make([]chunkCheck, len(w.jobs))
@@ -120,10 +172,9 @@ func (e *cudaEngine) preparePart(ctx context.Context, cw *cudaWave, p *wavePart,
 	}, e.trace.workers("check", "cpu", w, 0))
 	e.stats.update(func(st *Stats) { st.Check.add(time.Since(t), checked.Load(), 0) })
 	if err != nil {
-		return err
+		return pp, err
 	}
-	var cpu, spill []*job
-	var zstdEnts, lz4Ents []nvEntry
+	var cpu []*job   // in wave order: decoded into the slab, or (gpu) into spillBuf
 	entryBudget := 0 // descriptor entries the plan reserved for the part's GPU jobs
 	for _, ji := range w.jobs {
 		if j := bp.jobs[ji]; j.gpu {
@@ -137,19 +188,21 @@ func (e *cudaEngine) preparePart(ctx context.Context, cw *cudaWave, p *wavePart,
 			continue
 		}
 		ents := c.ents
-		if len(ents) > 0 && len(zstdEnts)+len(lz4Ents)+len(ents) > entryBudget {
+		if len(ents) > 0 && len(pp.zstd)+len(pp.lz4)+len(ents) > entryBudget {
 			ents = nil // more streams than the plan reserved room for
 			c.cpuPrep(j)
 		}
 		switch {
 		case len(ents) > 0 && c.zstd:
-			zstdEnts = append(zstdEnts, ents...)
+			pp.zstd = append(pp.zstd, ents...)
 		case len(ents) > 0:
-			lz4Ents = append(lz4Ents, ents...)
+			pp.lz4 = append(pp.lz4, ents...)
 		case j.gpu:
 			j.src.noteSpill()
-			spill = append(spill, j)
+			pp.spill = append(pp.spill, j)
+			cpu = append(cpu, j)
 		default:
+			wl.where[j] = j.decOff
 			cpu = append(cpu, j)
 		}
 	}
@@ -157,36 +210,31 @@ func (e *cudaEngine) preparePart(ctx context.Context, cw *cudaWave, p *wavePart,
 	// the part's reads; chunks nvCOMP was to take but refused go to the
 	// part's own spill buffer, which submit copies from later.
 	var spillEnd int64
-	for _, j := range spill {
+	for _, j := range pp.spill {
 		spillEnd = max(spillEnd, j.decOff-w.arenaAt+int64(j.layout.Bytes()))
 	}
-	spillBuf := make([]byte, spillEnd)
-	dst := make(map[*job][]byte, len(cpu)+len(spill))
-	for _, j := range cpu {
-		off, n := j.decOff, int64(j.layout.Bytes())
-		wl.where[j] = off
-		dst[j] = slab[off : off+n : off+n]
-	}
-	for _, j := range spill {
-		off, n := j.decOff-w.arenaAt, int64(j.layout.Bytes())
-		dst[j] = spillBuf[off : off+n : off+n]
-	}
+	pp.spillBuf = make([]byte, spillEnd)
+	pp.first = len(*ds)
 	err = p.guard(func() error {
-		return e.decodeCPU(ctx, w, stored, func(j *job) bool { return dst[j] != nil }, func(j *job) []byte { return dst[j] })
+		for _, j := range cpu {
+			n, at, buf := int64(j.layout.Bytes()), j.decOff, slab
+			if j.gpu {
+				at, buf = j.decOff-w.arenaAt, pp.spillBuf
+			}
+			d, err := e.splitDecode(w, j, stored(j), buf[at:at+n:at+n])
+			if err != nil {
+				return err
+			}
+			*ds = append(*ds, d)
+		}
+		return nil
 	})
 	if err != nil {
-		return err
+		*ds = (*ds)[:pp.first]
+		return pp, err
 	}
-	arenaAt := e.bufs[0].arena
-	for _, j := range spill {
-		off := j.decOff - w.arenaAt
-		wl.where[j] = arenaAt + j.decOff
-		cw.spill = append(cw.spill, spillCopy{dst: arenaAt + j.decOff, src: spillBuf[off : off+int64(j.layout.Bytes())]})
-	}
-	wl.zstd = append(wl.zstd, zstdEnts...)
-	wl.lz4 = append(wl.lz4, lz4Ents...)
-	wl.end = max(wl.end, w.slabEnd)
-	return nil
+	pp.end = len(*ds)
+	return pp, nil
 }
 
 // layOut writes what the wave's H2D copy carries after its parts' chunks

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/damacy-go/damacy/internal/plan"
@@ -84,9 +85,18 @@ func setShuffle(src *ptx.Source, h blosc.Header) {
 // A zstd or LZ4 chunk larger than an nvCOMP entry may be (nvMax) stays on
 // the CPU; a blosc chunk's streams are checked when its header is read
 // (entries).
+//
+// A raw chunk stored as its decoded bytes alone (no checksum) is read in
+// place (rawInPlace): it gets no room for a decoded copy, which would
+// take as much staging as the chunk and cross to the GPU unused.
 func (e *cudaEngine) route(j *job) {
 	n := int64(j.layout.Bytes())
 	r := j.chunk.Codec.Route()
+	if r.Simple && r.Compression == zarr.CompressionNone && j.chunk.Length == n {
+		j.rawInPlace = true
+		j.slabCost = n
+		return
+	}
 	j.gpu = e.zstd != nil && r.Simple && !j.src.cpuOnly.Load() &&
 		(r.Compression == zarr.CompressionBlosc ||
 			(n <= e.nvMax && (r.Compression == zarr.CompressionZstd || r.Compression == zarr.CompressionLZ4)))
@@ -144,6 +154,12 @@ func (e *cudaEngine) check(j *job, stored []byte) (chunkCheck, error) {
 	if r.Simple && r.Compression == zarr.CompressionNone && len(c.payload) == n && c.poff%int64(j.src.dtype.Size()) == 0 {
 		c.inPlace = true
 		return c, nil
+	}
+	if j.rawInPlace {
+		// Planned without room for a decoded copy, and aligned by the
+		// plan (wave.layout): only a chain whose checksums leave other
+		// than the chunk's bytes gets here.
+		return c, decodeError(j, fmt.Errorf("%w: %d bytes after the checksums, the chunk has %d", zarr.ErrCorrupt, len(c.payload), n))
 	}
 	if j.gpu {
 		c.ents, c.zstd = e.entries(j, r.Compression, c.payload, c.poff)

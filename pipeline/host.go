@@ -25,7 +25,6 @@ type hostEngine struct {
 	// workers holds one hostWorker per CPU worker, borrowed by compute's
 	// tasks.
 	workers chan *hostWorker
-	split   hostSplit // which chunks compute splits into several tasks
 }
 
 func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
@@ -50,7 +49,7 @@ func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
 	for range cfg.ComputeThreads {
 		workers <- newHostWorker()
 	}
-	return &hostEngine{stages: st, workers: workers, split: hostSplit{min: hostSplitBytes, part: hostPartBytes}}, nil
+	return &hostEngine{stages: st, workers: workers}, nil
 }
 
 func (h *hostEngine) reserve(shape []int) error {

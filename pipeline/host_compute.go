@@ -92,8 +92,7 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 				return h.computeJob(w, a, bp.jobs[small[i]], byJob[small[i]], stored, hw, &decT, &asmT)
 			case i < ns+nd:
 				t := decodes[i-ns]
-				b := &bigs[t.big]
-				err := w.guard(func() error { return h.decodeBig(b, t, stored(b.j)) })
+				err := w.guard(func() error { return h.decodePiece(&bigs[t.chunk].dec, t) })
 				decT.Add(int64(time.Since(t0)))
 				return err
 			}
@@ -103,7 +102,7 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 		}, h.trace.workers("decode", "cpu", w, out))
 	}
 	if err == nil && len(bigs) > 0 {
-		var parts []hostTask
+		var parts []asmTask
 		for bi := range bigs {
 			parts = bigs[bi].assembleTasks(bi, a, h.split.part, parts)
 		}
@@ -146,17 +145,17 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 // splitJobs readies the wave's chunks larger than h.split.min to be split
 // (byJob: the ops that read each job; stored: the jobs' stored bytes) and
 // returns them with their decoding tasks.
-func (h *hostEngine) splitJobs(w *wave, byJob map[int][]int32, stored func(*job) []byte) ([]bigJob, []hostTask, error) {
+func (h *hostEngine) splitJobs(w *wave, byJob map[int][]int32, stored func(*job) []byte) ([]bigJob, []decodeTask, error) {
 	bp := w.batch.plan
 	var bigs []bigJob
-	var decodes []hostTask
+	var decodes []decodeTask
 	err := w.guard(func() error {
 		for _, ji := range w.jobs {
 			j := bp.jobs[ji]
 			if int64(j.layout.Bytes()) <= h.split.min {
 				continue
 			}
-			b, err := h.bigJob(j, byJob[ji], stored(j))
+			b, err := h.bigJob(w, j, byJob[ji], stored(j))
 			if err != nil {
 				return err
 			}

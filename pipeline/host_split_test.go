@@ -15,7 +15,7 @@ import (
 // tinySplit splits every chunk of the tests' arrays (16^3 elements of 2
 // or 4 bytes) into tasks of a KiB: blosc blocks decoded one per task, and
 // ops cut into ranges of 256 or 512 elements.
-var tinySplit = hostSplit{min: 2 << 10, part: 1 << 10}
+var tinySplit = cpuSplit{min: 2 << 10, part: 1 << 10}
 
 // bigChunkCodecs are the codecs of the split tests: raw chunks (read in
 // place), zstd (decoded whole, its assembly split), and blosc with every
@@ -121,7 +121,7 @@ func TestHostEngineBigChunksMatchUnsplit(t *testing.T) {
 
 // hostBatches streams samples through a host pipeline of cfg (split: how
 // it splits chunks; nil: its default) and returns its batches' bytes.
-func hostBatches(t *testing.T, cfg Config, split *hostSplit, samples []Sample) [][]byte {
+func hostBatches(t *testing.T, cfg Config, split *cpuSplit, samples []Sample) [][]byte {
 	t.Helper()
 	p := newChecked(t, cfg)
 	if split != nil {

@@ -28,6 +28,7 @@ type stages struct {
 	lim    waveLimits
 	chunks *chunkCache // nil: no chunk cache
 	maps   *fileMaps   // local files read from their mappings (nil: none)
+	split  cpuSplit    // how the CPU workers split large chunks into tasks
 	shape  []int
 	head   atomic.Int32 // stage of the oldest unfinished batch
 	trace  tracer
@@ -41,6 +42,7 @@ func newStages(cfg Config, stats *statsSink) (*stages, error) {
 		fds:   newFDCache(),
 		decs:  make(chan *zarr.Decoder, cfg.ComputeThreads),
 		trace: tracer(cfg.Trace),
+		split: cpuSplit{min: cpuSplitBytes, part: cpuPartBytes},
 	}
 	for range cfg.ComputeThreads {
 		d, err := zarr.NewDecoder(zarr.DecoderOptions{MaxChunkBytes: int(cfg.chunkLimit())})
@@ -128,37 +130,6 @@ func (s *stages) preads(ctx context.Context, w *wave, reads []readOp, slab []byt
 		r := &reads[i]
 		return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
 	}, s.trace.workers("read", "io", w, n))
-}
-
-// decodeCPU decodes the wave's jobs that pick(j) selects from their stored
-// bytes (stored(j)) into dst(j) on the CPU workers.
-func (s *stages) decodeCPU(ctx context.Context, w *wave, stored func(*job) []byte, pick func(*job) bool, dst func(*job) []byte) error {
-	bp := w.batch.plan
-	var sel []*job
-	var in, out int64
-	for _, ji := range w.jobs {
-		if j := bp.jobs[ji]; pick(j) {
-			sel = append(sel, j)
-			in += j.chunk.Length
-			out += int64(j.layout.Bytes())
-		}
-	}
-	if len(sel) == 0 {
-		return nil
-	}
-	t := time.Now()
-	err := s.cpu.Run(ctx, len(sel), func(i int) error {
-		j := sel[i]
-		if err := s.decodeJob(j, stored(j), dst(j), j.bloscPayload); err != nil {
-			return decodeError(j, err)
-		}
-		return nil
-	}, s.trace.workers("decode", "cpu", w, out))
-	s.stats.update(func(st *Stats) {
-		st.Decompress.add(time.Since(t), in, out)
-		st.ChunksDecoded += int64(len(sel))
-	})
-	return err
 }
 
 // decodeJob decodes job j's stored bytes into out on the calling

@@ -93,6 +93,19 @@ func (d *Decoder) DecodeNoUnshuffle(dst, src []byte) (int, error) {
 // [0, Blocks()) write what Decode does. Only the streams of the range are
 // checked; on error, dst may have been partly written.
 func (d *Decoder) DecodeBlocks(dst, src []byte, from, to int) error {
+	return d.blockRange(dst, src, from, to, true)
+}
+
+// DecodeBlocksNoUnshuffle is like DecodeBlocks but leaves the blocks as
+// DecodeNoUnshuffle does: together the ranges [0, Blocks()) write what
+// DecodeNoUnshuffle does.
+func (d *Decoder) DecodeBlocksNoUnshuffle(dst, src []byte, from, to int) error {
+	return d.blockRange(dst, src, from, to, false)
+}
+
+// blockRange checks the range [from, to) of the chunk src and decodes its
+// blocks into dst, unshuffled when unshuffle is set.
+func (d *Decoder) blockRange(dst, src []byte, from, to int, unshuffle bool) error {
 	h, err := ParseHeader(src)
 	if err != nil {
 		return err
@@ -100,7 +113,7 @@ func (d *Decoder) DecodeBlocks(dst, src []byte, from, to int) error {
 	if from < 0 || from > to || to > h.Blocks() {
 		return fmt.Errorf("blosc: blocks [%d, %d) of a chunk of %d", from, to, h.Blocks())
 	}
-	_, err = d.decodeBlocks(dst, src, h, from, to, true)
+	_, err = d.decodeBlocks(dst, src, h, from, to, unshuffle)
 	return err
 }
 
@@ -112,6 +125,17 @@ func DecodeBlocks(dst, src []byte, from, to int) error {
 		return err
 	}
 	return d.DecodeBlocks(dst, src, from, to)
+}
+
+// DecodeBlocksNoUnshuffle decodes blocks [from, to) of the chunk src into
+// dst, leaving their shuffle, with a Decoder shared by the package. See
+// (*Decoder).DecodeBlocksNoUnshuffle.
+func DecodeBlocksNoUnshuffle(dst, src []byte, from, to int) error {
+	d, err := shared()
+	if err != nil {
+		return err
+	}
+	return d.DecodeBlocksNoUnshuffle(dst, src, from, to)
 }
 
 func (d *Decoder) decode(dst, src []byte, unshuffle bool) (int, error) {
