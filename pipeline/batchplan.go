@@ -201,11 +201,7 @@ func planBatch(m *metaCache, req *batchReq, maxChunk int64, loc func(*source) za
 		if src.arr.Rank() != len(s.Box) {
 			return nil, sampleError(req, n, errorf("plan", ErrRank, s.URI, "box rank %d, array rank %d", len(s.Box), src.arr.Rank()))
 		}
-		box := make([]zarr.Range, len(s.Box))
-		for i, r := range s.Box {
-			box[i] = zarr.Range{Start: r.Start, Stop: r.Stop}
-		}
-		zp, err := src.arr.Plan(box, loc(src))
+		zp, err := src.arr.Plan(s.Box, loc(src))
 		if err != nil {
 			return nil, sampleError(req, n, planError(src, err))
 		}

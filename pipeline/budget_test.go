@@ -60,7 +60,7 @@ func TestDefaultConfigReadsBigChunks(t *testing.T) {
 // set) or at the batch that meets the chunk (MaxChunkBytes 0).
 func TestChunkBudgetErrors(t *testing.T) {
 	paths := bigChunkArrays(t, true)
-	box := []Range{{0, 8}, {0, 8}, {0, 8}}
+	box := []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 8}, {Start: 0, Stop: 8}}
 	for _, c := range []struct {
 		name string
 		cfg  Config

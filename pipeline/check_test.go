@@ -17,7 +17,7 @@ func TestCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	box := []Range{{0, 4}, {0, 4}}
+	box := []Range{{Start: 0, Stop: 4}, {Start: 0, Stop: 4}}
 	for _, tt := range []struct {
 		s    Sample
 		want error

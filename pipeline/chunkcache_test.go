@@ -425,7 +425,7 @@ func testRewrittenShard(t *testing.T, dev string, rename bool) {
 	p := newChecked(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	samples := []Sample{{URI: path, Box: []Range{{2, 22}, {3, 23}}}, {URI: path, Box: []Range{{-4, 16}, {20, 40}}}}
+	samples := []Sample{{URI: path, Box: []Range{{Start: 2, Stop: 22}, {Start: 3, Stop: 23}}}, {URI: path, Box: []Range{{Start: -4, Stop: 16}, {Start: 20, Stop: 40}}}}
 	check := func(when string) Stats {
 		t.Helper()
 		p.StatsReset()
@@ -447,7 +447,7 @@ func testRewrittenShard(t *testing.T, dev string, rename bool) {
 		}
 		per := len(have) / b.Len()
 		for i, s := range samples {
-			reg, err := a.ReadRegion([]zarr.Range{{Start: s.Box[0].Start, Stop: s.Box[0].Stop}, {Start: s.Box[1].Start, Stop: s.Box[1].Stop}})
+			reg, err := a.ReadRegion(s.Box)
 			if err != nil {
 				t.Fatal(err)
 			}

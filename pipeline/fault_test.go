@@ -44,9 +44,9 @@ type faultCase struct {
 // touches the first chunk of the image and the first shard of its label,
 // the others do not.
 var faultBoxes = [][]Range{
-	{{0, 2}, {0, 8}, {0, 16}, {0, 16}},
-	{{0, 2}, {8, 16}, {16, 32}, {16, 32}},
-	{{0, 2}, {12, 20}, {20, 36}, {24, 40}},
+	{{Start: 0, Stop: 2}, {Start: 0, Stop: 8}, {Start: 0, Stop: 16}, {Start: 0, Stop: 16}},
+	{{Start: 0, Stop: 2}, {Start: 8, Stop: 16}, {Start: 16, Stop: 32}, {Start: 16, Stop: 32}},
+	{{Start: 0, Stop: 2}, {Start: 12, Stop: 20}, {Start: 20, Stop: 36}, {Start: 24, Stop: 40}},
 }
 
 func firstBox(_ *testing.T, s Sample) bool { return s.Box[1].Start == 0 }

@@ -101,7 +101,7 @@ func newFake(t *testing.T, cfg Config, f *fakeEngine) *Pipeline {
 }
 
 func sample(start int64) Sample {
-	return Sample{URI: "a", Box: []Range{{start, start + 2}, {0, 3}}}
+	return Sample{URI: "a", Box: []Range{{Start: start, Stop: start + 2}, {Start: 0, Stop: 3}}}
 }
 
 func firstValues(t *testing.T, b *Batch) []int64 {
@@ -154,15 +154,15 @@ func TestPushPopOrderAndFlush(t *testing.T) {
 
 func TestPushErrorsKeepEarlierSamples(t *testing.T) {
 	p := newFake(t, Config{BatchSize: 2, SampleShape: []int{2, 3}}, &fakeEngine{})
-	bad := Sample{URI: "a", Box: []Range{{0, 2}, {0, 4}}}
+	bad := Sample{URI: "a", Box: []Range{{Start: 0, Stop: 2}, {Start: 0, Stop: 4}}}
 	err := p.Push(sample(1), sample(2), bad, sample(3))
 	if !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Push with a bad extent: %v, want ErrInvalid", err)
 	}
-	if err := p.Push(Sample{URI: "a", Box: []Range{{0, 2}}}); !errors.Is(err, ErrRank) {
+	if err := p.Push(Sample{URI: "a", Box: []Range{{Start: 0, Stop: 2}}}); !errors.Is(err, ErrRank) {
 		t.Fatalf("Push with wrong rank: %v, want ErrRank", err)
 	}
-	if err := p.Push(Sample{Box: []Range{{0, 2}, {0, 3}}}); !errors.Is(err, ErrInvalid) {
+	if err := p.Push(Sample{Box: []Range{{Start: 0, Stop: 2}, {Start: 0, Stop: 3}}}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Push with empty URI: %v, want ErrInvalid", err)
 	}
 	b, err := p.Pop(context.Background())
@@ -177,10 +177,10 @@ func TestPushErrorsKeepEarlierSamples(t *testing.T) {
 
 func TestSampleShapeFromFirstPush(t *testing.T) {
 	p := newFake(t, Config{BatchSize: 1}, &fakeEngine{})
-	if err := p.Push(Sample{URI: "a", Box: []Range{{5, 9}}}); err != nil {
+	if err := p.Push(Sample{URI: "a", Box: []Range{{Start: 5, Stop: 9}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Push(Sample{URI: "a", Box: []Range{{0, 5}}}); !errors.Is(err, ErrInvalid) {
+	if err := p.Push(Sample{URI: "a", Box: []Range{{Start: 0, Stop: 5}}}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("second sample of another extent: %v, want ErrInvalid", err)
 	}
 	b, err := p.Pop(context.Background())
@@ -245,7 +245,7 @@ func TestPushSeqIsLazy(t *testing.T) {
 func TestPushSeqBadSampleFailsItsBatch(t *testing.T) {
 	p := newFake(t, Config{BatchSize: 2, SampleShape: []int{2, 3}}, &fakeEngine{})
 	seq := iter.Seq[Sample](func(yield func(Sample) bool) {
-		_ = yield(sample(0)) && yield(Sample{URI: "a", Box: []Range{{0, 1}, {0, 3}}}) && yield(sample(9))
+		_ = yield(sample(0)) && yield(Sample{URI: "a", Box: []Range{{Start: 0, Stop: 1}, {Start: 0, Stop: 3}}}) && yield(sample(9))
 	})
 	if err := p.PushSeq(seq); err != nil {
 		t.Fatal(err)

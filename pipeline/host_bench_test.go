@@ -50,7 +50,7 @@ func BenchmarkHostEngineOneChunk(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer p.Close()
-			s := Sample{URI: path, Box: []Range{{0, n}, {0, n}, {0, n}}}
+			s := Sample{URI: path, Box: []Range{{Start: 0, Stop: n}, {Start: 0, Stop: n}, {Start: 0, Stop: n}}}
 			go func() {
 				for range b.N {
 					if p.Push(s) != nil {

@@ -47,7 +47,7 @@ func TestHostEngineShapeFromFirstSample(t *testing.T) {
 		}
 		per := len(b.Bytes()) / b.Len()
 		for i, s := range b.Samples() {
-			reg, err := a.ReadRegion([]zarr.Range{{Start: s.Box[0].Start, Stop: s.Box[0].Stop}, {Start: s.Box[1].Start, Stop: s.Box[1].Stop}})
+			reg, err := a.ReadRegion(s.Box)
 			if err != nil {
 				t.Fatal(err)
 			}

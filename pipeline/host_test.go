@@ -111,7 +111,7 @@ func randomBox(rng *rand.Rand, shape []int64, ext []int) []Range {
 		lo := -int64(ext[k]) / 2
 		hi := shape[k] - int64(ext[k])/2
 		s := lo + rng.Int64N(hi-lo+1)
-		box[k] = Range{s, s + int64(ext[k])}
+		box[k] = Range{Start: s, Stop: s + int64(ext[k])}
 	}
 	return box
 }
@@ -167,11 +167,7 @@ func checkPipeline(t *testing.T, p *Pipeline, cfg Config, paths []string, nBoxes
 		}
 		per := len(b.Bytes()) / b.Len()
 		for i, s := range b.Samples() {
-			box := make([]zarr.Range, len(s.Box))
-			for k, r := range s.Box {
-				box[k] = zarr.Range{Start: r.Start, Stop: r.Stop}
-			}
-			reg, err := arrays[s.URI].ReadRegion(box)
+			reg, err := arrays[s.URI].ReadRegion(s.Box)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -327,7 +323,7 @@ func TestHostEngineErrors(t *testing.T) {
 
 	t.Run("missing array", func(t *testing.T) {
 		p := newChecked(t, cfg)
-		p.Push(Sample{URI: filepath.Join(dir, "nope"), Box: []Range{{0, 8}, {0, 8}}}, Sample{URI: path, Box: []Range{{0, 8}, {0, 8}}})
+		p.Push(Sample{URI: filepath.Join(dir, "nope"), Box: []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 8}}}, Sample{URI: path, Box: []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 8}}})
 		if _, err := p.Pop(ctx); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Pop: %v, want ErrNotFound", err)
 		}
@@ -352,7 +348,7 @@ func TestHostEngineErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := newChecked(t, cfg)
-		p.Push(Sample{URI: path, Box: []Range{{16, 24}, {16, 24}}})
+		p.Push(Sample{URI: path, Box: []Range{{Start: 16, Stop: 24}, {Start: 16, Stop: 24}}})
 		_, err = p.Pop(ctx)
 		if !errors.Is(err, ErrDecode) {
 			t.Fatalf("Pop of a corrupt chunk: %v, want ErrDecode", err)
@@ -369,7 +365,7 @@ func TestHostEngineErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := newChecked(t, cfg)
-		p.Push(Sample{URI: path, Box: []Range{{0, 8}, {16, 24}}})
+		p.Push(Sample{URI: path, Box: []Range{{Start: 0, Stop: 8}, {Start: 16, Stop: 24}}})
 		_, err = p.Pop(ctx)
 		if !errors.Is(err, ErrDecode) {
 			t.Fatalf("Pop of a truncated shard: %v, want ErrDecode", err)
@@ -387,7 +383,7 @@ func TestHostEngineErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := newChecked(t, cfg)
-		p.Push(Sample{URI: path, Box: []Range{{0, 8}, {0, 8}}}, Sample{URI: path, Box: []Range{{24, 32}, {24, 32}}})
+		p.Push(Sample{URI: path, Box: []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 8}}}, Sample{URI: path, Box: []Range{{Start: 24, Stop: 32}, {Start: 24, Stop: 32}}})
 		_, err := p.Pop(ctx)
 		if !errors.Is(err, ErrStorage) {
 			t.Fatalf("Pop of an unreadable shard: %v, want ErrStorage", err)

@@ -30,7 +30,7 @@ type messageCase struct {
 // popOne pushes one 8x8 sample of uri at (y, x), flushes and pops.
 func popOne(y, x int64) func(t *testing.T, p *Pipeline, uri string) error {
 	return func(t *testing.T, p *Pipeline, uri string) error {
-		if err := p.Push(Sample{URI: uri, Box: []Range{{y, y + 8}, {x, x + 8}}}); err != nil {
+		if err := p.Push(Sample{URI: uri, Box: []Range{{Start: y, Stop: y + 8}, {Start: x, Stop: x + 8}}}); err != nil {
 			return err
 		}
 		if err := p.Flush(); err != nil {
@@ -65,7 +65,7 @@ var messageCases = []messageCase{
 		name:  "missing store",
 		setup: func(t *testing.T, path string) string { return path + ".nope" },
 		call: func(t *testing.T, p *Pipeline, uri string) error {
-			return p.Check(Sample{URI: uri, Box: []Range{{0, 8}, {0, 8}}})
+			return p.Check(Sample{URI: uri, Box: []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 8}}})
 		},
 		kind: ErrNotFound,
 		want: "pipeline: open URI: not found: no such file or directory",
@@ -87,7 +87,7 @@ var messageCases = []messageCase{
 			return empty
 		},
 		call: func(t *testing.T, p *Pipeline, uri string) error {
-			return p.Check(Sample{URI: uri, Box: []Range{{0, 8}, {0, 8}}})
+			return p.Check(Sample{URI: uri, Box: []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 8}}})
 		},
 		kind: ErrNotFound,
 		want: "pipeline: open URI: not found: no zarr.json, .zarray or .zgroup",
@@ -99,7 +99,7 @@ var messageCases = []messageCase{
 			return path
 		},
 		call: func(t *testing.T, p *Pipeline, uri string) error {
-			return p.Check(Sample{URI: uri, Box: []Range{{0, 8}, {0, 8}}})
+			return p.Check(Sample{URI: uri, Box: []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 8}}})
 		},
 		kind:  ErrInvalid,
 		names: []string{"zarr.json"},
@@ -108,7 +108,7 @@ var messageCases = []messageCase{
 		name:  "level of an array",
 		setup: intact,
 		call: func(t *testing.T, p *Pipeline, uri string) error {
-			return p.Check(Sample{URI: uri, Box: []Range{{0, 8}, {0, 8}}, Level: 1})
+			return p.Check(Sample{URI: uri, Box: []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 8}}, Level: 1})
 		},
 		kind: ErrInvalid,
 	},
@@ -117,7 +117,7 @@ var messageCases = []messageCase{
 		setup: intact,
 		cfg:   func(c *Config) { c.MaxBytesPerElement = 1 },
 		call: func(t *testing.T, p *Pipeline, uri string) error {
-			return p.Check(Sample{URI: uri, Box: []Range{{0, 8}, {0, 8}}})
+			return p.Check(Sample{URI: uri, Box: []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 8}}})
 		},
 		kind: ErrDtype,
 		want: "pipeline: open URI: unsupported data type: uint16 elements are 2 bytes, above Config.MaxBytesPerElement = 1",
@@ -126,7 +126,7 @@ var messageCases = []messageCase{
 		name:  "box rank not the array's",
 		setup: intact,
 		call: func(t *testing.T, p *Pipeline, uri string) error {
-			return p.Check(Sample{URI: uri, Box: []Range{{0, 1}, {0, 8}, {0, 8}}})
+			return p.Check(Sample{URI: uri, Box: []Range{{Start: 0, Stop: 1}, {Start: 0, Stop: 8}, {Start: 0, Stop: 8}}})
 		},
 		kind: ErrRank,
 		want: "pipeline: check: rank mismatch: sample URI[0:1,0:8,0:8]: box rank 3, array rank 2",
@@ -135,7 +135,7 @@ var messageCases = []messageCase{
 		name:  "box rank not the pipeline's",
 		setup: intact,
 		call: func(t *testing.T, p *Pipeline, uri string) error {
-			return p.Push(Sample{URI: uri, Box: []Range{{0, 8}}})
+			return p.Push(Sample{URI: uri, Box: []Range{{Start: 0, Stop: 8}}})
 		},
 		kind: ErrRank,
 	},
@@ -143,7 +143,7 @@ var messageCases = []messageCase{
 		name:  "box of the wrong extent",
 		setup: intact,
 		call: func(t *testing.T, p *Pipeline, uri string) error {
-			return p.Push(Sample{URI: uri, Box: []Range{{0, 8}, {0, 4}}})
+			return p.Push(Sample{URI: uri, Box: []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 4}}})
 		},
 		kind: ErrInvalid,
 		want: "pipeline: push: invalid argument: sample URI[0:8,0:4]: axis 1 extent 4, want 8",
@@ -247,7 +247,7 @@ var messageCases = []messageCase{
 		setup: intact,
 		call: func(t *testing.T, p *Pipeline, uri string) error {
 			p.Close()
-			return p.Push(Sample{URI: uri, Box: []Range{{0, 8}, {0, 8}}})
+			return p.Push(Sample{URI: uri, Box: []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 8}}})
 		},
 		kind: ErrShutdown,
 		want: "pipeline: push: pipeline shut down",

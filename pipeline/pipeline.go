@@ -8,12 +8,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/damacy-go/damacy/zarr"
 )
 
-// Range is a half-open interval [Start, Stop) of voxel indices along one axis.
-type Range struct {
-	Start, Stop int64
-}
+// Range is a half-open interval [Start, Stop) of voxel indices along one
+// axis. It is zarr.Range under the name this package's API uses, so a
+// sample's box goes to the zarr planner as it is.
+type Range = zarr.Range
 
 // Sample is one box to read: an array (or OME-NGFF group) and a box in its
 // level-0 (or Level) voxel grid, in the array's stored axis order. The box

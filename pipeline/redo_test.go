@@ -122,7 +122,7 @@ func TestCUDAEngineRedo(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for range 40 {
 		y, x := int64(r.IntN(20)), int64(r.IntN(20))
-		samples = append(samples, Sample{URI: path, Box: []Range{{y, y + 12}, {x, x + 12}}})
+		samples = append(samples, Sample{URI: path, Box: []Range{{Start: y, Stop: y + 12}, {Start: x, Stop: x + 12}}})
 	}
 	cfg := Config{BatchSize: 4, SampleShape: []int{12, 12}, HostBufferBytes: 16 << 20, DeviceBufferBytes: 4 << 20, MaxChunkBytes: 1 << 20}
 	st := runBoth(t, cfg, samples, true)

@@ -47,7 +47,7 @@ func (f remoteFailure) check(t *testing.T) {
 	if f.cfg != nil {
 		f.cfg(&cfg)
 	}
-	_, _, err := runBatches(t, cfg, []Sample{{URI: f.uri, Box: []Range{{0, 9}, {0, 11}, {0, 7}}}})
+	_, _, err := runBatches(t, cfg, []Sample{{URI: f.uri, Box: []Range{{Start: 0, Stop: 9}, {Start: 0, Stop: 11}, {Start: 0, Stop: 7}}}})
 	var pe *Error
 	if !errors.Is(err, f.kind) || !errors.As(err, &pe) || pe.URI != f.uri {
 		t.Fatalf("Pop = %v; want an *Error of kind %v for %s", err, f.kind, f.uri)
@@ -123,7 +123,7 @@ func TestRemotePushMasked(t *testing.T) {
 	}
 	defer p.Close()
 	uri := "https://example.invalid/x.zarr" + presigned
-	err = p.Push(Sample{URI: uri, Box: []Range{{0, 9}, {0, 11}}})
+	err = p.Push(Sample{URI: uri, Box: []Range{{Start: 0, Stop: 9}, {Start: 0, Stop: 11}}})
 	if !errors.Is(err, ErrRank) || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), remote.Redact(uri)) {
 		t.Errorf("Push of a sample of the wrong rank = %v; want ErrRank naming %s", err, remote.Redact(uri))
 	}

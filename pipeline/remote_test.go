@@ -242,7 +242,7 @@ func TestRemoteFaults(t *testing.T) {
 		srv := remotetest.NewFaultServer(t, dir, false)
 		srv.Inject(remotetest.Fault{Kind: remotetest.Forbidden, Path: "zstd-end/c/1/0/0"})
 		uri := srv.URL + "/zstd-end"
-		_, _, err := runBatches(t, cfg, []Sample{{URI: uri, Box: []Range{{16, 25}, {0, 11}, {0, 7}}}})
+		_, _, err := runBatches(t, cfg, []Sample{{URI: uri, Box: []Range{{Start: 16, Stop: 25}, {Start: 0, Stop: 11}, {Start: 0, Stop: 7}}}})
 		var pe *Error
 		if !errors.Is(err, ErrStorage) || !errors.As(err, &pe) || pe.URI != uri || !strings.Contains(err.Error(), "403") {
 			t.Fatalf("err = %v, want ErrStorage naming %s with the 403", err, uri)

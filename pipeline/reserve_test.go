@@ -85,11 +85,7 @@ func comparePopped(t *testing.T, p *Pipeline, samples []Sample, out Dtype) {
 				}
 				arrays[s.URI] = a
 			}
-			box := make([]zarr.Range, len(s.Box))
-			for k, r := range s.Box {
-				box[k] = zarr.Range{Start: r.Start, Stop: r.Stop}
-			}
-			reg, err := a.ReadRegion(box)
+			reg, err := a.ReadRegion(s.Box)
 			if err != nil {
 				t.Fatal(err)
 			}

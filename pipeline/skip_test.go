@@ -47,8 +47,12 @@ func TestSkipOneSource(t *testing.T) {
 	p := newChecked(t, Config{BatchSize: 2, SampleShape: []int{8, 8}, Device: "cpu", OnError: OnErrorSkip,
 		HostBufferBytes: 1 << 20, DeviceBufferBytes: 1 << 20, MaxChunkBytes: 64 << 10, ComputeThreads: 2, IOThreads: 2,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	good := func(y int64) Sample { return Sample{URI: path, Box: []Range{{y, y + 8}, {0, 8}}} }
-	nope := func(name string) Sample { return Sample{URI: filepath.Join(dir, name), Box: []Range{{0, 8}, {0, 8}}} }
+	good := func(y int64) Sample {
+		return Sample{URI: path, Box: []Range{{Start: y, Stop: y + 8}, {Start: 0, Stop: 8}}}
+	}
+	nope := func(name string) Sample {
+		return Sample{URI: filepath.Join(dir, name), Box: []Range{{Start: 0, Stop: 8}, {Start: 0, Stop: 8}}}
+	}
 	// Batches: [good, nope], [nope, nope], [other, good], [good].
 	pushAll(t, p, good(0), nope("nope"), nope("nope"), nope("nope"), nope("other"), good(8), good(16))
 	want := []struct {
@@ -102,11 +106,7 @@ func readRegion(t *testing.T, path string, box []Range) *zarr.Region {
 // regionOf reads box of a with the reference reader.
 func regionOf(t *testing.T, a *zarr.Array, box []Range) *zarr.Region {
 	t.Helper()
-	zb := make([]zarr.Range, len(box))
-	for k, r := range box {
-		zb[k] = zarr.Range{Start: r.Start, Stop: r.Stop}
-	}
-	reg, err := a.ReadRegion(zb)
+	reg, err := a.ReadRegion(box)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestSkipPushSeq(t *testing.T) {
 	path := writeCase(t, dir, sc, 2)
 	seq := func(yield func(Sample) bool) {
 		for i := range int64(4) {
-			box := []Range{{8 * i, 8*i + 8}, {0, 8}}
+			box := []Range{{Start: 8 * i, Stop: 8*i + 8}, {Start: 0, Stop: 8}}
 			if i == 1 {
 				box[1].Stop = 9
 			}

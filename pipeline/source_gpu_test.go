@@ -76,7 +76,7 @@ func TestCUDASourcesAugment(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pushAll(t, p, Sample{URI: img, Box: []Range{{0, 2}, {0, 20}, {0, 36}, {0, 40}}}, Sample{URI: img, Box: []Range{{0, 2}, {100, 120}, {0, 36}, {0, 40}}})
+		pushAll(t, p, Sample{URI: img, Box: []Range{{Start: 0, Stop: 2}, {Start: 0, Stop: 20}, {Start: 0, Stop: 36}, {Start: 0, Stop: 40}}}, Sample{URI: img, Box: []Range{{Start: 0, Stop: 2}, {Start: 100, Stop: 120}, {Start: 0, Stop: 36}, {Start: 0, Stop: 40}}})
 		if _, err := p.Pop(ctx); !errors.Is(err, ErrDtype) {
 			t.Errorf("%s: u8 output of uint16 values: got %v, want ErrDtype", dev, err)
 		}

@@ -110,18 +110,14 @@ func TestSources(t *testing.T) {
 			img, lab := b.Tensor("image").Bytes(), b.Tensor("label").Bytes()
 			ib, lb := len(img)/b.Len(), len(lab)/b.Len()
 			for i, s := range b.Samples() {
-				box := make([]zarr.Range, len(s.Box))
-				for k, r := range s.Box {
-					box[k] = zarr.Range{Start: r.Start, Stop: r.Stop}
-				}
-				reg, err := ia.ReadRegion(box)
+				reg, err := ia.ReadRegion(s.Box)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(img[i*ib:(i+1)*ib], expected(reg, BF16)) {
 					t.Fatalf("level %d: image of sample %d (%s) differs", level, done+i, s)
 				}
-				if reg, err = la.ReadRegion(box[1:]); err != nil {
+				if reg, err = la.ReadRegion(s.Box[1:]); err != nil {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(lab[i*lb:(i+1)*lb], expected(reg, F32)) {
@@ -172,7 +168,7 @@ func TestSourceErrors(t *testing.T) {
 		{Source{Name: "mask", Path: "labels/cells/0"}, nil, ""},
 		{Source{Name: "image", Path: "../.."}, ErrRank, `axis "c"`},
 	} {
-		uri, box := img, []Range{{0, 1}, {0, 4}, {0, 4}, {0, 4}}
+		uri, box := img, []Range{{Start: 0, Stop: 1}, {Start: 0, Stop: 4}, {Start: 0, Stop: 4}, {Start: 0, Stop: 4}}
 		if tc.src.Path == "../.." {
 			uri, box = filepath.Join(img, "labels", "cells"), box[1:]
 		}
@@ -308,11 +304,7 @@ func TestSourcesAugment(t *testing.T) {
 				if !slices.Equal(xi.Perm, []int{0, 1, 2, 3}) || slices.Contains(xi.Flip, true) {
 					moved++
 				}
-				box := make([]zarr.Range, len(s.Box))
-				for k, r := range s.Box {
-					box[k] = zarr.Range{Start: r.Start, Stop: r.Stop}
-				}
-				reg, err := ia.ReadRegion(box)
+				reg, err := ia.ReadRegion(s.Box)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -325,7 +317,7 @@ func TestSourcesAugment(t *testing.T) {
 				if !bytes.Equal(it.Bytes()[n*ib:(n+1)*ib], want) {
 					t.Fatalf("%v: image of sample %s with %+v differs", ldt, s, xi)
 				}
-				if reg, err = la.ReadRegion(box[1:]); err != nil {
+				if reg, err = la.ReadRegion(s.Box[1:]); err != nil {
 					t.Fatal(err)
 				}
 				lab := make([]byte, len(reg.Data)*ldt.Size())
@@ -363,8 +355,8 @@ func TestSourcesMisfit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	whole := Sample{URI: img, Box: []Range{{0, 2}, {0, 20}, {0, 36}, {0, 40}}}
-	outside := Sample{URI: img, Box: []Range{{0, 2}, {100, 120}, {0, 36}, {0, 40}}} // all fill (0)
+	whole := Sample{URI: img, Box: []Range{{Start: 0, Stop: 2}, {Start: 0, Stop: 20}, {Start: 0, Stop: 36}, {Start: 0, Stop: 40}}}
+	outside := Sample{URI: img, Box: []Range{{Start: 0, Stop: 2}, {Start: 100, Stop: 120}, {Start: 0, Stop: 36}, {Start: 0, Stop: 40}}} // all fill (0)
 	if err := p.Push(whole, outside); err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +376,7 @@ func TestSourcesMisfit(t *testing.T) {
 // missing label is reported before Push, naming the source and its URI.
 func TestSourcesCheck(t *testing.T) {
 	img := imageWithLabel(t, t.TempDir(), newTestRand(t).Uint64())
-	box := []Range{{0, 1}, {0, 4}, {0, 4}, {0, 4}}
+	box := []Range{{Start: 0, Stop: 1}, {Start: 0, Stop: 4}, {Start: 0, Stop: 4}, {Start: 0, Stop: 4}}
 	for _, tc := range []struct {
 		label string
 		kind  error

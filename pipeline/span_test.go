@@ -55,7 +55,7 @@ func TestCUDASharedWaveErrors(t *testing.T) {
 		order = append(order, path)
 		for range per {
 			y, x := int64(rng.IntN(20)), int64(rng.IntN(20))
-			samples = append(samples, Sample{URI: path, Box: []Range{{y, y + 12}, {x, x + 12}}})
+			samples = append(samples, Sample{URI: path, Box: []Range{{Start: y, Stop: y + 12}, {Start: x, Stop: x + 12}}})
 		}
 	}
 	for _, hold := range []bool{false, true} {
@@ -92,7 +92,7 @@ func TestCUDASharedWaveErrors(t *testing.T) {
 				}
 				n := len(have) / b.Len()
 				for k, s := range b.Samples() {
-					reg, err := ga.ReadRegion([]zarr.Range{{Start: s.Box[0].Start, Stop: s.Box[0].Stop}, {Start: s.Box[1].Start, Stop: s.Box[1].Stop}})
+					reg, err := ga.ReadRegion(s.Box)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -138,7 +138,7 @@ func TestCUDALateClose(t *testing.T) {
 	var samples []Sample
 	for range 80 {
 		y, x := int64(rng.IntN(20)), int64(rng.IntN(20))
-		samples = append(samples, Sample{URI: path, Box: []Range{{y, y + 12}, {x, x + 12}}})
+		samples = append(samples, Sample{URI: path, Box: []Range{{Start: y, Stop: y + 12}, {Start: x, Stop: x + 12}}})
 	}
 	cfg := Config{BatchSize: 2, SampleShape: []int{12, 12}, HostBufferBytes: 16 << 20, DeviceBufferBytes: 4 << 20,
 		MaxChunkBytes: 1 << 20, BatchSlots: 2, Device: "cuda"}

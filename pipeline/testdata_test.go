@@ -60,7 +60,7 @@ func TestHostEngineTestdata(t *testing.T) {
 				for _, box := range boxes {
 					s := Sample{URI: uri, Level: level}
 					for _, r := range box {
-						s.Box = append(s.Box, Range{r[0], r[1]})
+						s.Box = append(s.Box, Range{Start: r[0], Stop: r[1]})
 					}
 					samples = append(samples, s)
 				}
@@ -106,7 +106,7 @@ func checkRefused(t *testing.T, uri string, e zarrtest.TestdataArray) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	err = p.Push(Sample{URI: uri, Box: []Range{{0, 2}, {0, 2}}})
+	err = p.Push(Sample{URI: uri, Box: []Range{{Start: 0, Stop: 2}, {Start: 0, Stop: 2}}})
 	if err == nil {
 		var b *Batch
 		if b, err = p.Pop(context.Background()); err == nil {

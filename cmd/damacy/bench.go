@@ -81,11 +81,21 @@ offset and the length, in the order the replay issues them) as JSON, for a
 load generator on another client stack to issue the same
 (cmd/damacy/peers/getload).
 
-Each ceiling is also given as output GB/s (its rate scaled by the run's
-output bytes per byte it handles), and the throughput as a fraction of the
-lowest one. With several sources the replays and decode-only take every
-source's chunks, and assemble-only every source's batch (with the run's
-transforms) one after the other.
+Each ceiling is also given as output GB/s: its rate over the bytes its
+stage handled per byte of output while the measured batches were popped
+(per out), both the run's own counters, every source's: a replay by the
+bytes the run read (by pread only, for the pread replay: not those it
+copied from mapped files), decode-only by the bytes it decoded (nvCOMP's
+by the part of them it takes), h2d by the bytes it copied. The run reads
+and decodes a chunk once per batch however many of its boxes use it, as
+the replays and decode-only do; the work of the batches planned ahead,
+done before the measured batches began, is not counted, so each figure
+is an upper bound of the throughput with that stage alone to do. The
+throughput is given as a fraction of the lowest one. With several
+sources the replays and decode-only take every source's chunks, and
+assemble-only times every source's batch (with the run's transforms) one
+after the other: its figure is the output's rate through them all, each
+source weighted by its share of the output.
 
 --compare (or run.compare) measures, after the run and before the
 ceilings, over the same boxes, as many batches as the run measured after

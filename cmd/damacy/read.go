@@ -199,7 +199,6 @@ func readPipeline(ctx context.Context, e *env, r readRequest, dt pipeline.Dtype)
 		return err
 	}
 	shape := make([]int, len(r.box))
-	box := make([]pipeline.Range, len(r.box))
 	outShape := make([]int64, len(r.box))
 	for i, rg := range r.box {
 		if rg.Len() > 1<<31 {
@@ -207,14 +206,13 @@ func readPipeline(ctx context.Context, e *env, r readRequest, dt pipeline.Dtype)
 		}
 		shape[i] = int(rg.Len())
 		outShape[i] = rg.Len()
-		box[i] = pipeline.Range{Start: rg.Start, Stop: rg.Stop}
 	}
 	p, err := pipeline.New(pipeline.Config{BatchSize: 1, SampleShape: shape, Dtype: dt, Device: r.device, Logger: newLogger(e.stderr)})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	if err := p.Push(pipeline.Sample{URI: r.path, Box: box, Level: r.level}); err != nil {
+	if err := p.Push(pipeline.Sample{URI: r.path, Box: r.box, Level: r.level}); err != nil {
 		return err
 	}
 	if err := p.Flush(); err != nil {

@@ -69,7 +69,10 @@ func (s *Store) URI(key string) string { return s.be.uri(key) }
 func (s *Store) Endpoint() string { return s.be.endpoint() }
 
 // Range is one destination of ReadRanges: len(Buf) bytes of the object
-// from byte Off.
+// from byte Off. It is not zarr.Range: that is a half-open interval of
+// element indices along one axis of an array, while this is a byte span of
+// a stored object together with the buffer it is read into, so the two
+// share neither units nor fields.
 type Range struct {
 	Off int64
 	Buf []byte

@@ -23,8 +23,16 @@ type Ceiling struct {
 	Bytes  int64         `json:"bytes"`  // bytes the measurement handled
 	Time   time.Duration `json:"time_ns"`
 	// OutputGBps is GBps scaled to output bytes: the throughput the run
-	// could reach if this were the only limit.
+	// could reach if this were the only limit. It is GBps / PerOutput.
 	OutputGBps float64 `json:"output_gbps"`
+	// PerOutput is the bytes the measured stage handles per byte of the
+	// run's output, every source's (see scale): 1 for a ceiling counted
+	// in output bytes; 0 where the stage handles none.
+	PerOutput float64 `json:"bytes_per_output"`
+	// Parts is, for a ceiling timed source by source (assemble-only of a
+	// run with several sources), each source's rate and share of the
+	// output; GBps is then their rate at the run's mix.
+	Parts []CeilingPart `json:"parts,omitempty"`
 	// Limits is false for a ceiling that does not bound this engine (the
 	// CPU decoders when the GPU decoded, the CPU assemble under the CUDA
 	// engine); such ceilings are shown but not counted as the lowest.
@@ -34,6 +42,14 @@ type Ceiling struct {
 	// time over it (the GET replay's: the client's cost of its GETs).
 	Start time.Time     `json:"start,omitzero"`
 	CPU   time.Duration `json:"cpu_ns,omitempty"`
+}
+
+// CeilingPart is one source's measurement of a ceiling timed source by
+// source.
+type CeilingPart struct {
+	Source string  `json:"source"`
+	GBps   float64 `json:"gbps"`  // output bytes of the source's batch per second
+	Share  float64 `json:"share"` // the source's share of the run's output bytes
 }
 
 // Bounds of the ceiling measurements, so that they take seconds, not
@@ -57,7 +73,7 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 		return nil, fmt.Errorf("planning the boxes again: %w", err)
 	}
 	tr.span(traceRowPhases, "ceiling", "replan", t, time.Now(), nil)
-	out := float64(st.OutputBytes)
+	sl := newScale(st, rep.Sources)
 	gpu := strings.HasPrefix(rep.Device, "cuda")
 	var cs []Ceiling
 	var errs []error
@@ -76,29 +92,27 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 				return nil, err
 			}
 		}
-		c, err = getReplay(ctx, rd, rg, reqs, st, tr)
+		c, err = getReplay(ctx, rd, rg, reqs, tr)
+		if err == nil {
+			sl.getReplay(&c)
+		}
 	} else {
 		if rg, err = newRig(ioThreads(sc), nil); err != nil {
 			return nil, err
 		}
 		defer rg.close()
-		c, err = preadReplay(ctx, bs, rg, rp, st, o, tr)
+		c, err = preadReplay(ctx, bs, rg, rp, o, tr)
+		if err == nil {
+			sl.preadReplay(&c)
+		}
 	}
 	if err != nil {
 		return nil, err
 	}
 	cs = append(cs, c)
 
-	// decode-only, on the CPU and (CUDA engine with nvCOMP) on the GPU.
-	// Both are scaled by the bytes the run decoded.
-	decoded := st.Decompress.OutBytes
-	if decoded == 0 {
-		for _, refs := range rp.batches {
-			for i := range refs {
-				decoded += int64(refs[i].decodedBytes())
-			}
-		}
-	}
+	// decode-only, on the CPU and (CUDA engine with nvCOMP) on the GPU,
+	// scaled by the bytes the run decoded per output byte.
 	t = time.Now()
 	ds, err := loadDecodeSample(ctx, rg, rp)
 	if err != nil {
@@ -109,8 +123,8 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 		if err != nil {
 			errs = append(errs, fmt.Errorf("decode-only: %w", err))
 		} else {
-			c.OutputGBps = c.GBps * out / float64(max(decoded, 1))
 			c.Limits = st.ChunksGPU == 0
+			sl.apply(&c, sl.decoded)
 			if !c.Limits {
 				c.Note = fmt.Sprintf("%d of %d chunks decoded on the GPU", st.ChunksGPU, st.ChunksDecoded)
 			}
@@ -119,12 +133,16 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 	}
 	if gpu && ds != nil && st.ChunksGPU > 0 {
 		t = time.Now()
-		c, err := nvcompDecodeOnly(rep.Device, ds, nvcompCallBytes(int64(sc.Run.DeviceBuffer)))
+		c, share, err := nvcompDecodeOnly(rep.Device, ds, nvcompCallBytes(int64(sc.Run.DeviceBuffer)))
 		tr.span(traceRowPhases, "ceiling", "decode-only (nvcomp)", t, time.Now(), nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("decode-only (nvcomp): %w", err))
 		} else {
-			c.OutputGBps = c.GBps * out / float64(max(decoded, 1))
+			// nvCOMP decodes only the chunks it takes, the CPU the others.
+			sl.apply(&c, sl.decoded*share)
+			if share < 1 {
+				c.Note = fmt.Sprintf("nvCOMP takes %.0f%% of the decoded bytes", 100*share)
+			}
 			cs = append(cs, c)
 		}
 	}
@@ -140,14 +158,14 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 		for _, ab := range abs {
 			each = append(each, assembleOnlyCPU(ab))
 		}
-		c := sumCeilings(each)
+		c := sl.combine(each, sourceNames(bs))
 		c.Limits = !gpu
 		cs = append(cs, c)
 		tr.span(traceRowPhases, "ceiling", "assemble-only (cpu)", t, time.Now(), nil)
 	}
 	if gpu {
 		t = time.Now()
-		gcs, err := gpuCeilings(rep.Device, st, abs)
+		gcs, err := gpuCeilings(rep.Device, st, sl, abs, sourceNames(bs))
 		tr.span(traceRowPhases, "ceiling", "gpu ceilings", t, time.Now(), nil)
 		if err != nil {
 			errs = append(errs, err)
@@ -157,9 +175,131 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 	return cs, errors.Join(errs...)
 }
 
+// scale is what each ceiling's stage handles per byte of the run's
+// output, every source's: the factor that turns a ceiling's own rate
+// into output GB/s, the throughput the run could reach with that stage
+// alone to do. Work and output are both the run's counters over the
+// measured batches, so that both count the same sources and the same
+// time: the work the stages did while the measured batches were popped
+// (each chunk once per batch, however many of its boxes use it, as the
+// engines plan it; less what a chunk cache served; without what the
+// batches planned ahead of the stats reset did before it), against the
+// bytes popped meanwhile. A ceiling's own byte count (what a replay read,
+// what decode-only decoded) is of the measurement alone and scales
+// nothing.
+type scale struct {
+	read    float64   // bytes read (pread, mapped or GET, gaps included) per output byte
+	preads  float64   // of which by pread (not copied from mapped files)
+	decoded float64   // bytes decoded per output byte, CPU and GPU
+	copied  float64   // bytes copied to the GPU per output byte (CUDA engine)
+	shares  []float64 // each source's share of the output bytes
+}
+
+// newScale is the scale of a run with stats st whose sources' tensors
+// were srcs.
+func newScale(st pipeline.Stats, srcs []SourceReport) scale {
+	out := float64(max(st.OutputBytes, 1))
+	s := scale{
+		read: float64(st.BytesRead) / out, preads: float64(st.BytesRead-st.BytesMapped) / out,
+		decoded: float64(st.Decompress.OutBytes) / out, copied: float64(st.H2D.InBytes) / out,
+	}
+	var total int64
+	for _, src := range srcs {
+		total += src.OutputBytes
+	}
+	for _, src := range srcs {
+		s.shares = append(s.shares, float64(src.OutputBytes)/float64(max(total, 1)))
+	}
+	return s
+}
+
+// apply scales c by per, the bytes its stage handles per output byte. A
+// stage that handles none does not limit the run.
+func (s *scale) apply(c *Ceiling, per float64) {
+	c.PerOutput = per
+	if per <= 0 {
+		c.OutputGBps, c.Limits = 0, false
+		return
+	}
+	c.OutputGBps = c.GBps / per
+}
+
+// preadReplay scales the pread replay by the bytes the run read by pread
+// per output byte, not those it copied from mapped files instead (which
+// preads do not bound). A run that read (nearly) everything so is not
+// bound by preads at all; its figure is then what the preads would have
+// given had the run read everything by pread.
+func (s *scale) preadReplay(c *Ceiling) {
+	if s.preads > 0 && s.preads >= 0.01*s.read {
+		c.Limits = true
+		s.apply(c, s.preads)
+		return
+	}
+	c.Limits = false
+	if s.read > 0 {
+		c.Detail += fmt.Sprintf("; the run copied %.0f%% of its bytes from mapped files", 100*(1-s.preads/s.read))
+	}
+	s.apply(c, s.read)
+}
+
+// getReplay scales the GET replay by the bytes the run's GETs transferred
+// per output byte, gaps included as the replay's are.
+func (s *scale) getReplay(c *Ceiling) { s.apply(c, s.read) }
+
+// combine is the ceiling of measurements made source by source, one batch
+// of each (names, in order): the rate at which the run's output, each
+// source's share of it (s.shares), passes through all of them in turn,
+// the output bytes over the sum of the times the sources' shares take.
+func (s *scale) combine(cs []Ceiling, names []string) Ceiling {
+	if len(cs) == 1 {
+		c := cs[0]
+		c.PerOutput = 1
+		return c
+	}
+	c := cs[0]
+	c.Detail = "per source: " + c.Detail
+	var secs float64 // per output byte
+	for k, o := range cs {
+		if k > 0 {
+			c.Bytes += o.Bytes
+			c.Time += o.Time
+			c.Detail += "; " + o.Detail
+			if o.Note != "" {
+				c.Note = strings.TrimPrefix(c.Note+"; "+o.Note, "; ")
+			}
+		}
+		share := 1 / float64(len(cs)) // no output counted (a run that popped nothing)
+		if k < len(s.shares) {
+			share = s.shares[k]
+		}
+		c.Parts = append(c.Parts, CeilingPart{Source: names[k], GBps: o.GBps, Share: share})
+		if secs >= 0 && o.GBps > 0 {
+			secs += share / o.GBps
+		} else {
+			secs = -1 // a source not measured
+		}
+	}
+	c.GBps, c.OutputGBps, c.PerOutput = 0, 0, 1
+	if secs > 0 {
+		c.GBps = 1 / secs
+		c.OutputGBps = c.GBps
+	}
+	return c
+}
+
+// sourceNames is the names of the run's sources, in order.
+func sourceNames(bs *boxSet) []string {
+	var out []string
+	for _, src := range bs.Sources {
+		out = append(out, src.Name)
+	}
+	return out
+}
+
 // preadReplay reads the chunk byte ranges of the measured batches on the
-// rig's IO pool (see damacy help bench).
-func preadReplay(ctx context.Context, bs *boxSet, rg *rig, rp *replanned, st pipeline.Stats, o Options, tr *tracer) (Ceiling, error) {
+// rig's IO pool (see damacy help bench). Its rate counts the bytes read;
+// scale.preadReplay turns it into output bytes.
+func preadReplay(ctx context.Context, bs *boxSet, rg *rig, rp *replanned, o Options, tr *tracer) (Ceiling, error) {
 	if o.DropCache {
 		if err := dropDatasetCache(bs.DatasetDir); err != nil {
 			return Ceiling{}, err
@@ -176,31 +316,7 @@ func preadReplay(ctx context.Context, bs *boxSet, rg *rig, rp *replanned, st pip
 	}
 	c := Ceiling{Name: "pread replay", Of: "read", Detail: fmt.Sprintf("%d threads, %d ranges, %s per range", rg.io.Size(), len(ranges), base.FormatBytes(n/int64(max(len(ranges), 1)))), Bytes: n, Time: el, Limits: true}
 	c.GBps = float64(n) / el.Seconds() / 1e9
-	if n > 0 {
-		var preads int64
-		preads, c.Limits = preadShare(st, n)
-		if !c.Limits {
-			c.Detail += fmt.Sprintf("; the run copied %.0f%% of its bytes from mapped files", 100*base.Ratio(st.BytesMapped, st.BytesRead))
-		}
-		c.OutputGBps = c.GBps * float64(st.OutputBytes) / float64(preads)
-	}
 	return c, nil
-}
-
-// preadShare returns the bytes the pread replay's rate is scaled by to
-// give output GB/s, and whether preads bound the run. The run needs
-// BytesRead per OutputBytes; the replay reads only the chunks (n bytes),
-// so the scale is what the run read by pread: all it read, less what the
-// GPU copied straight from mapped files. A run that read (nearly)
-// everything so is not bound by preads at all; its figure is then what
-// the preads would have given had the run read everything by pread.
-func preadShare(st pipeline.Stats, n int64) (int64, bool) {
-	read := max(st.BytesRead, n)
-	preads := read - st.BytesMapped
-	if preads*100 < st.BytesRead {
-		return read, false
-	}
-	return preads, true
 }
 
 // decodeSample is the stored chunks of the first measured batches, up to
@@ -307,27 +423,6 @@ func prepareAssembles(ctx context.Context, rg *rig, rp *replanned, bs *boxSet, t
 		out = append(out, ab)
 	}
 	return out, nil
-}
-
-// sumCeilings is the ceiling of several measurements made one after the
-// other, one per source: their bytes over their time.
-func sumCeilings(cs []Ceiling) Ceiling {
-	if len(cs) == 1 {
-		return cs[0]
-	}
-	c := cs[0]
-	c.Detail = "per source: " + c.Detail
-	for _, o := range cs[1:] {
-		c.Bytes += o.Bytes
-		c.Time += o.Time
-		c.Detail += "; " + o.Detail
-		if o.Note != "" {
-			c.Note = strings.TrimPrefix(c.Note+"; "+o.Note, "; ")
-		}
-	}
-	c.GBps = float64(c.Bytes) / c.Time.Seconds() / 1e9
-	c.OutputGBps = c.GBps
-	return c
 }
 
 // prepareAssemble decodes the chunks of source k of the first measured
@@ -439,6 +534,6 @@ func assembleOnlyCPU(ab *assembleBench) Ceiling {
 	g := float64(total) / el.Seconds() / 1e9
 	return Ceiling{
 		Name: "assemble-only (cpu)", Of: "output", Detail: fmt.Sprintf("%d workers, %d samples, %d ops", workers, l.Samples, len(ab.plan.Ops())),
-		Bytes: total, Time: el, GBps: g, OutputGBps: g,
+		Bytes: total, Time: el, GBps: g, OutputGBps: g, PerOutput: 1,
 	}
 }

@@ -30,8 +30,8 @@ func gpuLine(device string) (gpu, driver string) {
 
 // gpuCeilings measures, on the run's GPU, pinned host-to-device copies at
 // the run's average copy size and the assemble kernel over abs (one batch
-// per source, timed one after the other).
-func gpuCeilings(device string, st pipeline.Stats, abs []*assembleBench) ([]Ceiling, error) {
+// per source, of the sources names, timed one after the other).
+func gpuCeilings(device string, st pipeline.Stats, sl scale, abs []*assembleBench, names []string) ([]Ceiling, error) {
 	ex, err := gpuExecutor(device)
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func gpuCeilings(device string, st pipeline.Stats, abs []*assembleBench) ([]Ceil
 		if err != nil {
 			errs = append(errs, fmt.Errorf("h2d: %w", err))
 		} else {
-			c.OutputGBps = c.GBps * float64(st.OutputBytes) / float64(st.H2D.InBytes)
+			sl.apply(&c, sl.copied)
 			cs = append(cs, c)
 		}
 	}
@@ -69,7 +69,7 @@ func gpuCeilings(device string, st pipeline.Stats, abs []*assembleBench) ([]Ceil
 		if err != nil {
 			errs = append(errs, fmt.Errorf("assemble-only (gpu): %w", err))
 		} else {
-			cs = append(cs, sumCeilings(each))
+			cs = append(cs, sl.combine(each, names))
 		}
 	}
 	return cs, errors.Join(errs...)
@@ -217,7 +217,7 @@ func assembleOnlyGPU(ab *assembleBench) (c Ceiling, err error) {
 	g := float64(total) / el.Seconds() / 1e9
 	return Ceiling{
 		Name: "assemble-only (gpu)", Of: "output", Detail: fmt.Sprintf("%d samples, %d ops, %d launches", l.Samples, len(ab.plan.Ops()), count),
-		Bytes: total, Time: el, GBps: g, OutputGBps: g, Limits: true,
+		Bytes: total, Time: el, GBps: g, OutputGBps: g, PerOutput: 1, Limits: true,
 	}, nil
 }
 
@@ -257,19 +257,22 @@ func lz4Walks(payload []byte, streams []plan.Stream) bool {
 	return true
 }
 
-// nvcompDecodeOnly times nvCOMP's batched decoders over what the CUDA
-// engine sends it of the sample's chunks (plan.NVCOMPStreams; LZ4 blocks
-// that pass the GPU check, which runs before each decode as in the
-// engine): for zstd and for LZ4, up to maxBytes of decoded
-// bytes (nvcompCallBytes) in one batched call repeated on one
-// stream, with every chunk's status and size checked once. The rate is
-// the bytes of both over the time of both.
-func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (Ceiling, error) {
-	lib, err := nvcomp.Load()
-	if err != nil {
-		return Ceiling{}, err
-	}
-	var zs, lz nvcompInputs
+// nvcompSample is what nvCOMP takes of a decode sample, as the CUDA
+// engine sends it (plan.NVCOMPStreams; LZ4 blocks that pass the GPU
+// check, which runs before each decode as in the engine; the CPU decodes
+// the other chunks): the inputs of the one batched call per codec that
+// decode-only (nvcomp) times, up to maxBytes decoded each, and the
+// decoded bytes of every chunk of the sample nvCOMP takes, per codec,
+// whether its call holds it or not (a chunk larger than a call it does
+// not take).
+type nvcompSample struct {
+	zs, lz              nvcompInputs
+	zstdBytes, lz4Bytes int64 // decoded bytes of the sample's chunks nvCOMP takes
+	decoded             int64 // decoded bytes of all the sample's chunks
+}
+
+func selectNVCOMP(ds *decodeSample, maxBytes int) (*nvcompSample, error) {
+	s := &nvcompSample{decoded: ds.decoded}
 	for i := range ds.refs {
 		r := &ds.refs[i]
 		rt := r.chunk.Codec.Route()
@@ -278,34 +281,88 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (Ceiling, e
 		}
 		p, err := r.chunk.Payload(ds.chunk(i))
 		if err != nil {
-			return Ceiling{}, err
+			return nil, err
 		}
-		streams, zstd := plan.NVCOMPStreams(rt.Compression, p, r.decodedBytes(), nil)
-		in := &lz
-		if zstd {
-			in = &zs
-		}
-		if streams == nil || !zstd && !lz4Walks(p, streams) || in.total+r.decodedBytes() > maxBytes {
+		n := r.decodedBytes()
+		streams, zstd := plan.NVCOMPStreams(rt.Compression, p, n, nil)
+		if streams == nil || !zstd && !lz4Walks(p, streams) || n > maxBytes {
 			continue
 		}
-		for _, s := range streams {
-			in.add(p[s.Src:s.Src+s.Len], s.Size)
+		in, bytes := &s.lz, &s.lz4Bytes
+		if zstd {
+			in, bytes = &s.zs, &s.zstdBytes
+		}
+		*bytes += int64(n)
+		if in.total+n > maxBytes {
+			continue
+		}
+		for _, st := range streams {
+			in.add(p[st.Src:st.Src+st.Len], st.Size)
 		}
 	}
-	if zs.total+lz.total == 0 {
-		return Ceiling{}, errors.New("no chunk of the sample is one that nvCOMP decodes")
+	return s, nil
+}
+
+// share is the part of the sample's decoded bytes that nvCOMP decodes.
+func (s *nvcompSample) share() float64 {
+	return float64(s.zstdBytes+s.lz4Bytes) / float64(max(s.decoded, 1))
+}
+
+// rate is the rate at which nvCOMP decodes the chunks it takes, given each
+// codec's rate (GB/s of decoded bytes): each codec's chunks take their
+// part of the time in their proportion in the sample (not in the calls'
+// proportion, which maxBytes may cut).
+func (s *nvcompSample) rate(zstdGBps, lz4GBps float64) float64 {
+	var secs float64
+	for _, x := range []struct {
+		bytes int64
+		gbps  float64
+	}{{s.zstdBytes, zstdGBps}, {s.lz4Bytes, lz4GBps}} {
+		if x.bytes == 0 {
+			continue
+		}
+		if x.gbps <= 0 {
+			return 0
+		}
+		secs += float64(x.bytes) / x.gbps
+	}
+	if secs == 0 {
+		return 0
+	}
+	return float64(s.zstdBytes+s.lz4Bytes) / secs
+}
+
+// nvcompDecodeOnly times nvCOMP's batched decoders over what the CUDA
+// engine sends it of the sample's chunks (selectNVCOMP): for zstd and for
+// LZ4, up to maxBytes of decoded bytes (nvcompCallBytes) in one batched
+// call repeated on one stream, with every chunk's status and size checked
+// once. The rate is that of both codecs in their proportion in the
+// sample; share is the part of the sample's decoded bytes nvCOMP takes
+// (the CPU decodes the rest), by which the caller scales the rate to
+// output bytes.
+func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (c Ceiling, share float64, err error) {
+	lib, err := nvcomp.Load()
+	if err != nil {
+		return Ceiling{}, 0, err
+	}
+	sel, err := selectNVCOMP(ds, maxBytes)
+	if err != nil {
+		return Ceiling{}, 0, err
+	}
+	if sel.zs.total+sel.lz.total == 0 {
+		return Ceiling{}, 0, errors.New("no chunk of the sample is one that nvCOMP decodes")
 	}
 	ex, err := gpuExecutor(device)
 	if err != nil {
-		return Ceiling{}, err
+		return Ceiling{}, 0, err
 	}
 	defer ex.Close()
-	var c Ceiling
 	var parts []string
-	for _, x := range []struct {
+	var rates [2]float64 // zstd, LZ4
+	for i, x := range []struct {
 		alg nvcomp.Algorithm
 		in  *nvcompInputs
-	}{{nvcomp.Zstd, &zs}, {nvcomp.LZ4, &lz}} {
+	}{{nvcomp.Zstd, &sel.zs}, {nvcomp.LZ4, &sel.lz}} {
 		if x.in.total == 0 {
 			continue
 		}
@@ -325,17 +382,18 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (Ceiling, e
 			return err
 		})
 		if err != nil {
-			return Ceiling{}, err
+			return Ceiling{}, 0, err
 		}
 		c.Bytes += bytes
 		c.Time += el
+		rates[i] = float64(bytes) / el.Seconds() / 1e9
 		parts = append(parts, fmt.Sprintf("%s %d streams", x.alg, len(x.in.sizes)))
 	}
 	return Ceiling{
 		Name: "decode-only (nvcomp)", Of: "decoded",
 		Detail: fmt.Sprintf("%s, %s, one batched call each, %d calls", lib.Version, strings.Join(parts, " + "), nvcompCalls),
-		Bytes:  c.Bytes, Time: c.Time, GBps: float64(c.Bytes) / c.Time.Seconds() / 1e9, Limits: true,
-	}, nil
+		Bytes:  c.Bytes, Time: c.Time, GBps: sel.rate(rates[0], rates[1]), Limits: true,
+	}, sel.share(), nil
 }
 
 // gpuExecutor starts an executor on device "cuda:N".

@@ -239,26 +239,3 @@ func TestRunCUDACache(t *testing.T) {
 	rep.WriteText(&text)
 	t.Logf("soak:\n%s", text.String()[strings.Index(text.String(), "soak "):])
 }
-
-// The pread replay's output figure scales by the bytes the run read by
-// pread; a run that copied (nearly) all of them from mapped files scales by
-// all it read, and preads do not bound it (not a figure from dividing by
-// the few bytes left).
-func TestPreadShare(t *testing.T) {
-	for _, c := range []struct {
-		read, mapped, n int64
-		want            int64
-		limits          bool
-	}{
-		{read: 1000, mapped: 0, n: 800, want: 1000, limits: true},
-		{read: 1000, mapped: 600, n: 800, want: 400, limits: true},
-		{read: 1000, mapped: 995, n: 800, want: 1000, limits: false},
-		{read: 1000, mapped: 1000, n: 800, want: 1000, limits: false},
-		{read: 500, mapped: 0, n: 800, want: 800, limits: true}, // the replay read more than the run
-	} {
-		got, limits := preadShare(pipeline.Stats{BytesRead: c.read, BytesMapped: c.mapped}, c.n)
-		if got != c.want || limits != c.limits {
-			t.Errorf("read %d, mapped %d, replay %d: scale %d, limits %v; want %d, %v", c.read, c.mapped, c.n, got, limits, c.want, c.limits)
-		}
-	}
-}

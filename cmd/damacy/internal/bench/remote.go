@@ -294,8 +294,9 @@ func getReplayStage(reqs []getReq) int64 {
 // the pipeline would issue for them (reqs, getReplayRequests) through the
 // same kind of store, as many in flight as the run had (io_concurrency),
 // into a staging buffer. Its rate counts the bytes transferred, gaps
-// included, as the run's read bytes do.
-func getReplay(ctx context.Context, rd *remoteData, rg *rig, reqs []getReq, st pipeline.Stats, tr *tracer) (Ceiling, error) {
+// included, as the run's read bytes do; scale.getReplay turns it into
+// output bytes.
+func getReplay(ctx context.Context, rd *remoteData, rg *rig, reqs []getReq, tr *tracer) (Ceiling, error) {
 	wanted := getReplayStage(reqs)
 	before, link := rd.opener.Stats(), rd.linkStats()
 	var n atomic.Int64
@@ -331,9 +332,6 @@ func getReplay(ctx context.Context, rd *remoteData, rg *rig, reqs []getReq, st p
 		c.Note = strings.TrimPrefix(c.Note+fmt.Sprintf("; the link %.0f%% busy", 100*busy), "; ")
 	}
 	c.GBps = float64(got) / el.Seconds() / 1e9
-	if got > 0 {
-		c.OutputGBps = c.GBps * float64(st.OutputBytes) / float64(max(st.BytesRead, got))
-	}
 	return c, nil
 }
 

@@ -254,11 +254,14 @@ func (r *Report) WriteText(w io.Writer) {
 	r.writeCompare(p)
 	if len(r.Ceilings) > 0 {
 		p("\n")
-		p("%-22s %22s %15s   %s\n", "ceiling", "rate", "as output", "measured over the run's boxes")
+		p("%-22s %22s %8s %15s   %s\n", "ceiling", "rate", "per out", "as output", "measured over the run's boxes")
 		for _, cl := range r.Ceilings {
-			out := "-"
+			out, per := "-", "-"
 			if cl.OutputGBps > 0 {
 				out = fmt.Sprintf("%.3f GB/s", cl.OutputGBps)
+			}
+			if cl.PerOutput > 0 {
+				per = fmt.Sprintf("%.3f", cl.PerOutput)
 			}
 			note := cl.Detail
 			if cl.Note != "" {
@@ -267,7 +270,7 @@ func (r *Report) WriteText(w io.Writer) {
 			if !cl.Limits {
 				note += "; not a limit of this engine"
 			}
-			p("%-22s %10.3f GB/s %-7s %15s   %s\n", cl.Name, cl.GBps, cl.Of, out, note)
+			p("%-22s %10.3f GB/s %-7s %8s %15s   %s\n", cl.Name, cl.GBps, cl.Of, per, out, note)
 		}
 		if r.Lowest != "" {
 			p("\nlowest ceiling: %s; throughput is %.0f%% of it\n", r.Lowest, 100*r.OfLowest)
