@@ -210,17 +210,9 @@ class CopyEngine(DeviceEngine):
         if teardown:
             self._safe_teardown()
 
-    def close(self) -> None:
-        if self.forked:
-            return
-        with self._lock:
-            if self._closing:
-                return
-            self._closing = True
-            self._wake.notify_all()
-            teardown = self._ready_to_tear_down()
-        if teardown:
-            self._safe_teardown()
+    def _closed_and_idle(self) -> bool:
+        self._wake.notify_all()  # the releaser ends once no copy is left
+        return self._ready_to_tear_down()
 
     def _ready_to_tear_down(self) -> bool:
         """Whether to tear down now (under the lock): closing, no copy left

@@ -190,9 +190,14 @@ class Engine(abc.ABC):
             if self._closing:
                 return
             self._closing = True
-            teardown = not self._held
+            teardown = self._closed_and_idle()
         if teardown:
             self._safe_teardown()
+
+    def _closed_and_idle(self) -> bool:
+        """Whether close may tear down now (under the lock): no lease is
+        left."""
+        return not self._held
 
     def _safe_teardown(self) -> None:
         try:

@@ -21,20 +21,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import damacy  # noqa: E402
-from support import wait_until  # noqa: E402
+from support import stub_calls as calls, wait_until  # noqa: E402
 
 DATA = sys.argv[2] if len(sys.argv) > 2 else ""
 IMAGES = [os.path.join(DATA, f"a{i:03d}") for i in range(2)]
 BOX = (1, 16, 16, 16)
-
-
-def log() -> List[str]:
-    with open(os.environ["STUB_CUDA_LOG"]) as f:
-        return f.read().splitlines()
-
-
-def calls(name: str) -> List[str]:
-    return [line for line in log() if line.split()[0] == name]
 
 
 def cfg(**kw) -> damacy.Config:

@@ -27,6 +27,7 @@ from damacy import _dlpack  # noqa: E402
 from fake_server import FakeServer  # noqa: E402
 from refdata import pattern  # noqa: E402
 from support import sample, wait_until  # noqa: E402
+from support import stub_calls as calls, stub_log as log  # noqa: E402
 
 servers: List[FakeServer] = []
 
@@ -38,15 +39,6 @@ def launch():
 
 
 damacy._server.launch = launch
-
-
-def log() -> List[str]:
-    with open(os.environ["STUB_CUDA_LOG"]) as f:
-        return f.read().splitlines()
-
-
-def calls(name: str) -> List[str]:
-    return [line for line in log() if line.split()[0] == name]
 
 
 def cfg(**kw) -> damacy.Config:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from typing import Callable, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import pytest
 
@@ -234,3 +234,15 @@ def waiting_in(thread_id: int, op: str) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def stub_log() -> List[str]:
+    """The lines the stand-in libcuda.so.1 (stub_cuda.c) logged so far, one
+    per call, from the file STUB_CUDA_LOG names."""
+    with open(os.environ["STUB_CUDA_LOG"]) as f:
+        return f.read().splitlines()
+
+
+def stub_calls(name: str) -> List[str]:
+    """stub_log's lines of the calls to name."""
+    return [line for line in stub_log() if line.split()[0] == name]

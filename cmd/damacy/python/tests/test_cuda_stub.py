@@ -47,22 +47,25 @@ def stub_dir(tmp_path_factory) -> str:
     ],
 )
 def test_cuda_engine_against_a_stub_driver(stub_dir, tmp_path, scenario):
+    run_scenario(stub_dir, tmp_path, "stub_scenarios.py", scenario)
+
+
+def run_scenario(stub_dir: str, tmp_path, script: str, *args: str, **env_extra: str) -> None:
+    """Run one scenario of script in a process of its own against the stub
+    driver; its failure shows its output and the driver calls it made."""
     env = dict(os.environ)
     env.update(
         LD_LIBRARY_PATH=os.pathsep.join(filter(None, [stub_dir, env.get("LD_LIBRARY_PATH")])),
         STUB_CUDA_LOG=str(tmp_path / "calls.log"),
         PYTHONPATH=os.pathsep.join(sys.path),
+        **env_extra,
     )
     env.pop("LOCAL_RANK", None)
     run = subprocess.run(
-        [sys.executable, os.path.join(HERE, "stub_scenarios.py"), scenario],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, os.path.join(HERE, script), *args], env=env, capture_output=True, text=True, timeout=120
     )
     calls = (tmp_path / "calls.log").read_text() if (tmp_path / "calls.log").exists() else ""
-    assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\n--- driver calls:\n{calls}"
+    assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\n--- driver calls:\n{calls[-6000:]}"
 
 
 @pytest.fixture(scope="module")
@@ -83,20 +86,4 @@ def tiny_data(tmp_path_factory) -> str:
 @pytest.mark.parametrize("scenario", ["copies_match_the_host_engine", "kept_batches_and_close", "loader_defaults_to_copies"])
 def test_copy_engine_against_a_stub_driver(stub_dir, tiny_data, tmp_path, scenario):
     path, _ = support.serve_binary()
-    env = dict(os.environ)
-    env.update(
-        LD_LIBRARY_PATH=os.pathsep.join(filter(None, [stub_dir, env.get("LD_LIBRARY_PATH")])),
-        STUB_CUDA_LOG=str(tmp_path / "calls.log"),
-        PYTHONPATH=os.pathsep.join(sys.path),
-        DAMACY_BINARY=str(path),
-    )
-    env.pop("LOCAL_RANK", None)
-    run = subprocess.run(
-        [sys.executable, os.path.join(HERE, "copy_scenarios.py"), scenario, tiny_data],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    calls = (tmp_path / "calls.log").read_text() if (tmp_path / "calls.log").exists() else ""
-    assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\n--- driver calls:\n{calls[-6000:]}"
+    run_scenario(stub_dir, tmp_path, "copy_scenarios.py", scenario, tiny_data, DAMACY_BINARY=str(path))
