@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
 from typing import List
 
@@ -133,6 +134,29 @@ def loader_defaults_to_copies():
     finally:
         loader.close()
     assert calls("cuMemcpyHtoDAsync_v2")
+
+
+def server_killed():
+    """The server killed (SIGKILL) while this process holds a copied batch
+    and copies more: pop raises ShutdownError, the held batch stays
+    readable, and close frees every buffer and mapping, without a hang."""
+    p = damacy.Pipeline(cfg(device=0, engine="host"))
+    p.push(samples(30))
+    held = p.pop()
+    want = held["image"].numpy().copy()
+    os.kill(p.server_info["pid"], signal.SIGKILL)
+    try:
+        for _ in range(10):
+            p.pop().release()
+        raise AssertionError("pop went on after the server was killed")
+    except damacy.ShutdownError:
+        pass
+    np.testing.assert_array_equal(held["image"].numpy(), want)
+    p.close()
+    held.release()
+    wait_until(lambda: len(calls("cuMemFree_v2")) == len(calls("cuMemAlloc_v2")), what="buffers freed")
+    assert len(calls("cuMemHostRegister_v2")) == len(calls("cuMemHostUnregister"))
+    assert calls("cuDevicePrimaryCtxRelease_v2")[-1].endswith("refs=0")
 
 
 if __name__ == "__main__":
