@@ -101,7 +101,11 @@ class Loader:
     ``pipeline_or_config`` is a :class:`Pipeline` or a :class:`Config` (the
     loader then makes, and :meth:`close` closes, its own pipeline, with
     ``batch_size`` and, when the config has none, the sampler's box as the
-    sample shape). The sampler's draws go to that pipeline's server.
+    sample shape, and, when the config's ``engine`` is None, ``"host"``: on a
+    GPU the server decodes and assembles on the CPU and this process copies
+    each batch onto the GPU in its own CUDA context, so that the loader's GPU
+    work does not time-slice with the model's; see :class:`Config`). The
+    sampler's draws go to that pipeline's server.
 
     Iterating yields this rank's batches of the current epoch from the
     sampler's position: every draw of the epoch, the last batch ragged
