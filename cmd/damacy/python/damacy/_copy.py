@@ -91,7 +91,13 @@ class CopyEngine(DeviceEngine):
         buffers: List[_Buffer] = []
         with self._context.current() as d:
             for m in fresh:
-                d.mem_host_register(m.address, m.size)
+                try:
+                    d.mem_host_register(m.address, m.size)
+                except NativeCudaError as e:
+                    # The copies still work from pageable memory, staged by
+                    # the driver: slower, never wrong.
+                    logger.warning("slot of %d bytes not page-locked (%s): its copies are staged", m.size, e)
+                    continue
                 with self._lock:
                     self._registered.append(m.address)
             try:

@@ -85,6 +85,21 @@ def copies_match_the_host_engine():
     assert calls("cuDevicePrimaryCtxRelease_v2")[-1].endswith("refs=0")
 
 
+def copies_without_page_locking():
+    """Where the driver cannot page-lock a slot (STUB_CUDA_FAIL_REGISTER),
+    the copies go from pageable memory: the same values, a warning, and
+    nothing to unregister at close."""
+    os.environ["STUB_CUDA_FAIL_REGISTER"] = "1"
+    want = read_all(cfg(device="cpu"), 5)
+    got = read_all(cfg(device=0, engine="host"), 5)
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            np.testing.assert_array_equal(a, b)
+    assert [line for line in calls("cuMemHostRegister_v2") if line.endswith("failed as asked")]
+    assert not calls("cuMemHostUnregister")
+    assert len(calls("cuMemAlloc_v2")) == len(calls("cuMemFree_v2")) > 0
+
+
 def kept_batches_and_close():
     """A consumer may keep more batches than the server has slots (each
     keeps its device buffers, the server's slots come back once copied);

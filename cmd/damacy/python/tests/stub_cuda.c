@@ -11,7 +11,8 @@
  *   "memfd PID FD SIZE" (the fake server's slot), opened by mapping
  *   /proc/PID/fd/FD; cuMemcpyDtoH is memcpy; cuMemAlloc is malloc and
  *   cuMemcpyHtoDAsync memcpy (logged with its byte count and stream);
- *   cuMemHostRegister and cuMemHostUnregister only log;
+ *   cuMemHostRegister and cuMemHostUnregister only log (STUB_CUDA_FAIL_REGISTER
+ *   set makes cuMemHostRegister fail);
  * - events and streams are counters; an event opened from an IPC handle
  *   remembers the handle's text ("ready 0", "done 1": the fake server's);
  * - STUB_CUDA_FAIL_OPEN=PREFIX makes cuIpcOpenEventHandle fail for handles
@@ -258,6 +259,10 @@ int cuMemFree_v2(uint64_t ptr) {
 
 int cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
     NEED_CONTEXT();
+    if (getenv("STUB_CUDA_FAIL_REGISTER")) {
+        logf_("cuMemHostRegister_v2 0x%lx %zu %u: failed as asked", (unsigned long)(uintptr_t)p, n, flags);
+        return INVALID_VALUE;
+    }
     logf_("cuMemHostRegister_v2 0x%lx %zu %u", (unsigned long)(uintptr_t)p, n, flags);
     return OK;
 }

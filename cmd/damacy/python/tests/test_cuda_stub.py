@@ -83,7 +83,16 @@ def tiny_data(tmp_path_factory) -> str:
     return str(root / "data")
 
 
-@pytest.mark.parametrize("scenario", ["copies_match_the_host_engine", "kept_batches_and_close", "loader_defaults_to_copies", "server_killed"])
+COPY_SCENARIOS = [
+    "copies_match_the_host_engine",
+    "copies_without_page_locking",
+    "kept_batches_and_close",
+    "loader_defaults_to_copies",
+    "server_killed",
+]
+
+
+@pytest.mark.parametrize("scenario", COPY_SCENARIOS)
 def test_copy_engine_against_a_stub_driver(stub_dir, tiny_data, tmp_path, scenario):
     path, _ = support.serve_binary()
     run_scenario(stub_dir, tmp_path, "copy_scenarios.py", scenario, tiny_data, DAMACY_BINARY=str(path))
