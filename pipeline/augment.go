@@ -20,45 +20,49 @@ import (
 // either engine, after a restart. Batch.Transforms reports each sample's.
 type Augment struct {
 	// Seed selects the draws of the whole run.
-	Seed uint64
+	Seed uint64 `json:"seed"`
 	// Flip flips each listed axis with its probability.
-	Flip []AxisChance
+	Flip []AxisChance `json:"flip"`
 	// Rot90 rotates, with its probability, by k quarter turns (k drawn
 	// from 1, 2, 3) in the plane of its two axes, as np.rot90(x, k, axes).
 	// The two axes must have the same extent.
-	Rot90 []PlaneChance
+	Rot90 []PlaneChance `json:"rot90"`
 	// Permute, with its probability, permutes its axes (which must have
 	// the same extent) by a permutation drawn uniformly.
-	Permute []AxesChance
+	Permute []AxesChance `json:"permute"`
 	// Intensity, on the float sources it applies to: v*Scale + Offset,
 	// each drawn uniformly from its range ([1, 1] and [0, 0] when zero),
 	// after normalisation by (v - Mean) / Std when Std is set, then
 	// clipped to [ClipLow, ClipHigh] when Clip is set.
-	Scale, Offset     [2]float64
-	Mean, Std         float64
-	Clip              bool
-	ClipLow, ClipHigh float64
+	Scale  [2]float64 `json:"scale"`
+	Offset [2]float64 `json:"offset"`
+	Mean   float64    `json:"mean"`
+	Std    float64    `json:"std"`
+	// In JSON, Clip, ClipLow and ClipHigh are one field, "clip": [low,
+	// high] (absent: no clipping).
+	Clip              bool    `json:"-"`
+	ClipLow, ClipHigh float64 `json:"-"`
 	// IntensitySources names the sources intensity transforms apply to;
 	// empty: the first source. Each must have a float output.
-	IntensitySources []string
+	IntensitySources []string `json:"intensity_sources"`
 }
 
 // AxisChance is an axis of the box and a probability.
 type AxisChance struct {
-	Axis int
-	P    float64
+	Axis int     `json:"axis"`
+	P    float64 `json:"p"`
 }
 
 // PlaneChance is a plane of two axes of the box and a probability.
 type PlaneChance struct {
-	Axes [2]int
-	P    float64
+	Axes [2]int  `json:"axes"`
+	P    float64 `json:"p"`
 }
 
 // AxesChance is a set of axes of the box and a probability.
 type AxesChance struct {
-	Axes []int
-	P    float64
+	Axes []int   `json:"axes"`
+	P    float64 `json:"p"`
 }
 
 // Transform is what a sample got: the output of a source of rank r (its

@@ -147,18 +147,18 @@ const (
 type Config struct {
 	// BatchSize is the number of samples per batch (shape[0] of every
 	// batch but a ragged last one). Default 1.
-	BatchSize int
+	BatchSize int `json:"batch_size"`
 	// SampleShape is the extent of every box, in the arrays' stored axis
 	// order, rank 1..8. Empty: the first pushed sample fixes it.
-	SampleShape []int
+	SampleShape []int `json:"sample_shape"`
 	// Dtype is the output element type: F32 (default) or BF16 (or an
 	// integer type, for a label array). With Sources, each source has its
 	// own and Dtype, if set, must be the first source's.
-	Dtype Dtype
+	Dtype Dtype `json:"dtype"`
 	// Sources, when set, makes every batch hold one tensor per source,
 	// each read from its own array with the same box (see Source). Empty:
 	// one tensor, named DefaultSourceName, from the sample's array.
-	Sources []Source
+	Sources []Source `json:"sources"`
 	// OnError says what becomes of a sample that cannot be read: its
 	// array or a source's missing or unreadable, a chunk that does not
 	// decode, a truncated shard, a value that does not fit an integer
@@ -167,26 +167,26 @@ type Config struct {
 	// leaves it out of its batch and goes on (see ErrorPolicy). Errors
 	// that are not about one sample (a CUDA error, a budget, shutdown)
 	// fail Pop under both.
-	OnError ErrorPolicy
+	OnError ErrorPolicy `json:"on_error"`
 	// Augment, when set, transforms every sample as it is assembled:
 	// flips, quarter turns, axis permutations, intensity (see Augment).
-	Augment *Augment
+	Augment *Augment `json:"augment"`
 	// HostBufferBytes is the staging memory for compressed chunk bytes
 	// (pinned on the CUDA engine, which also mirrors two thirds of it on
 	// the GPU), split into slabs. Default 1 GiB; 1.5 GiB on the CUDA
 	// engine.
-	HostBufferBytes int64
+	HostBufferBytes int64 `json:"host_buffer_bytes"`
 	// DeviceBufferBytes is the memory for decoded chunks of the waves in
 	// flight (device memory on the CUDA engine, host memory on the host
 	// engine). Default 512 MiB; 1 GiB on the CUDA engine.
-	DeviceBufferBytes int64
+	DeviceBufferBytes int64 `json:"device_buffer_bytes"`
 	// LookaheadBatches is how many batches' worth of samples are taken in
 	// ahead of the batches the engine fills (BatchSlots - 1 of them while
 	// the consumer holds one), so that their metadata and plans are ready
 	// in time; at least 2. Default 2. (Counted from the batch being
 	// assembled instead, 2 left the planner short with three slots:
 	// cmd/damacy/BENCH.md, "the Python front at the engine's speed".)
-	LookaheadBatches int
+	LookaheadBatches int `json:"lookahead_batches"`
 	// BatchSlots is the number of batch buffers (in GPU memory on the
 	// CUDA engine): how many popped batches may be held at once, plus
 	// the one being filled while they are held; at least 2. Default 3:
@@ -197,35 +197,35 @@ type Config struct {
 	// On the CUDA engine a batch's first chunks may share the previous
 	// batch's last wave; with no slot free for it then (Pop's caller
 	// holding the others), it is assembled once one is given back.
-	BatchSlots int
+	BatchSlots int `json:"batch_slots"`
 	// IOThreads is the number of concurrent readers. Default: the number
 	// of CPUs, at least 4 and at most 64.
-	IOThreads int
+	IOThreads int `json:"n_io_threads"`
 	// IOConcurrency is the number of object-store requests (s3://, gs://,
 	// http(s)://) in flight, over all of the pipeline's sources.
 	// Default 64.
-	IOConcurrency int
+	IOConcurrency int `json:"io_concurrency"`
 	// Remote says how object stores are reached: endpoints, credentials,
 	// retries, deadlines, an HTTP client (package zarr/remote documents
 	// each field and the environment variables behind its defaults). Its
 	// Concurrency is IOConcurrency's.
-	Remote remote.Options
+	Remote remote.Options `json:"-"`
 	// RemoteGapBytes is the largest gap between two chunks of one object
 	// that one ranged GET bridges (the gap's bytes stream past and are
 	// dropped, never staged): a GET costs a round trip and the server's
 	// time per request, a gap its bytes. Default 256 KiB.
-	RemoteGapBytes int64
+	RemoteGapBytes int64 `json:"remote_gap_bytes"`
 	// RemoteSpanBytes caps the bytes one GET spans, gaps included, so
 	// that a wave's bytes spread over IOConcurrency requests. Default
 	// 8 MiB.
-	RemoteSpanBytes int64
+	RemoteSpanBytes int64 `json:"remote_span_bytes"`
 	// ComputeThreads is the number of CPU decode and parse workers.
 	// Default: GOMAXPROCS.
-	ComputeThreads int
+	ComputeThreads int `json:"n_compute_threads"`
 	// ZarrMetaCache is the capacity of the array metadata LRU. Default 64.
-	ZarrMetaCache int
+	ZarrMetaCache int `json:"n_zarrs_meta_cache"`
 	// ShardIndexCache is the capacity of the shard index LRU. Default 4096.
-	ShardIndexCache int
+	ShardIndexCache int `json:"n_shards_meta_cache"`
 	// MaxChunkBytes is the largest decoded chunk accepted; a larger chunk
 	// fails with ErrBudget naming it. 0 (the default): no cap of its own,
 	// the chunks of the arrays opened are sized as they are planned, and
@@ -233,11 +233,11 @@ type Config struct {
 	// stored bytes, DeviceBufferBytes for its decoded ones: see the
 	// engines' split of them); a larger one fails with ErrBudget saying
 	// which of the two to raise, and to what. At most 2 GiB.
-	MaxChunkBytes int64
+	MaxChunkBytes int64 `json:"max_chunk_uncompressed_bytes"`
 	// MaxGPUMemoryBytes is a hard cap on the device memory the pipeline
 	// reserves (batch slots, wave buffers, decoder scratch, the chunk
 	// cache). 0: no cap.
-	MaxGPUMemoryBytes int64
+	MaxGPUMemoryBytes int64 `json:"max_gpu_memory_bytes"`
 	// ChunkCacheBytes is the size of the chunk cache, 0 (the default) for
 	// none: decoded chunks kept across batches (in device memory on the
 	// CUDA engine, where it counts towards MaxGPUMemoryBytes; in host
@@ -255,7 +255,7 @@ type Config struct {
 	// Batches planned before the batch that first read a chunk was
 	// assembled (the lookahead) read it too. Stats.ChunkCache* report its
 	// use. At least 1 MiB when set.
-	ChunkCacheBytes int64
+	ChunkCacheBytes int64 `json:"chunk_cache_bytes"`
 	// MappedFileBytes bounds the bytes of local files the engines keep
 	// mapped, so that their chunks are read straight out of the page cache
 	// instead of the IO workers reading them into staging first (which
@@ -268,24 +268,24 @@ type Config struct {
 	// new ones; files larger than a quarter of the bound are always read.
 	// Page-locked pages cannot be reclaimed by the kernel while mapped.
 	// 0: the default, an eighth of the host's memory and at most 16 GiB
-	// (none where the host's memory is unknown); negative: none.
-	MappedFileBytes int64
+	// (none where the host's memory is unknown); -1: none.
+	MappedFileBytes int64 `json:"mapped_file_bytes"`
 	// MaxBytesPerElement is the largest source element size accepted
 	// (1, 2, 4 or 8). Default 8.
-	MaxBytesPerElement int
+	MaxBytesPerElement int `json:"max_bytes_per_element"`
 	// Device selects the engine: "" (default) picks GPU 0 when a CUDA
 	// driver and device are present, otherwise the host engine; "cpu" or
 	// "host" selects the host engine; "cuda" or "gpu" GPU 0, and "cuda:N"
 	// GPU N (N >= 0), failing if there is no such GPU. New rejects any
 	// other value with ErrInvalid.
-	Device string
+	Device string `json:"-"`
 	// Trace, when set, receives a Span for each stretch of work of every
 	// stage. It is called from the pipeline's goroutines, concurrently;
 	// it must be fast and must not call back into the pipeline.
-	Trace func(Span)
+	Trace func(Span) `json:"-"`
 	// Logger receives the few informational lines the pipeline writes
 	// (which engine and decoder it uses). Default: slog.Default().
-	Logger *slog.Logger
+	Logger *slog.Logger `json:"-"`
 }
 
 // withDefaults returns a copy of c with zero fields set to their defaults,
@@ -399,6 +399,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ChunkCacheBytes != 0 && (c.ChunkCacheBytes < 1<<20 || c.ChunkCacheBytes > 1<<46) {
 		return bad("ChunkCacheBytes", c.ChunkCacheBytes, "0 (no cache) or in 1 MiB..64 TiB")
+	}
+	if c.MappedFileBytes < -1 {
+		return bad("MappedFileBytes", c.MappedFileBytes, "-1 (none), 0 (the default) or positive")
 	}
 	if c.MaxBytesPerElement == 0 {
 		c.MaxBytesPerElement = DefaultMaxBytesPerElem

@@ -22,24 +22,24 @@ import (
 // source the same shape.
 type Source struct {
 	// Name is the tensor's key in a batch ("image", "label"); unique.
-	Name string
+	Name string `json:"name"`
 	// Path locates the source's array from a sample's URI: "" is the
 	// sample's own array or image; a relative path is joined to the URI
 	// ("labels/nuclei", "../mask.zarr"); an absolute path or URI is used
 	// as it is, for every sample.
-	Path string
+	Path string `json:"path"`
 	// Label names an OME-NGFF label image of the sample's image: the same
 	// as Path "labels/<Label>". Set at most one of Path and Label.
-	Label string
+	Label string `json:"label"`
 	// Dtype is the output type: F32 (the default) or BF16 for images,
 	// an integer type for labels (values pass through; a value that does
 	// not fit the type fails the batch).
-	Dtype Dtype
+	Dtype Dtype `json:"dtype"`
 	// HostBufferBytes and DeviceBufferBytes override Config's for this
 	// source's reads and decodes (0: Config's). Every source has its own
 	// staging and decode buffers and its own batch slots.
-	HostBufferBytes   int64
-	DeviceBufferBytes int64
+	HostBufferBytes   int64 `json:"host_buffer_bytes"`
+	DeviceBufferBytes int64 `json:"device_buffer_bytes"`
 }
 
 // DefaultSourceName is the name of the one tensor of a pipeline whose

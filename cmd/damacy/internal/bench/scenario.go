@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
+	"github.com/damacy-go/damacy/pipeline"
 )
 
 //go:embed scenarios/*.json
@@ -131,29 +131,11 @@ func (l NameList) At(i int) string { return l[i%len(l)] }
 // with a unit ("6GiB", "512MiB", "1.5GB").
 type ByteSize int64
 
-var sizeUnits = []struct {
-	suffix string
-	mult   float64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-	{"B", 1},
-}
-
+// parseByteSize parses a size as pipeline.ParseByteSize does (the
+// pipeline's config decoder reads its byte fields so).
 func parseByteSize(s string) (ByteSize, error) {
-	t := strings.TrimSpace(s)
-	mult := 1.0
-	for _, u := range sizeUnits {
-		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
-			t, mult = strings.TrimSpace(rest), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) || v*mult > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%q is not a size (want bytes, or a number with B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s)
-	}
-	return ByteSize(math.Round(v * mult)), nil
+	v, err := pipeline.ParseByteSize(s)
+	return ByteSize(v), err
 }
 
 func (b *ByteSize) UnmarshalJSON(data []byte) error {

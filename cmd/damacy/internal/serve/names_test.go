@@ -1,11 +1,8 @@
 package serve
 
 import (
-	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/damacy-go/damacy/pipeline"
 )
 
 func TestPythonNames(t *testing.T) {
@@ -28,23 +25,6 @@ func TestPythonNames(t *testing.T) {
 	for _, tt := range tests {
 		if got := pythonNames(tt.in); got != tt.want {
 			t.Errorf("pythonNames(%q)\n = %q\nwant %q", tt.in, got, tt.want)
-		}
-	}
-}
-
-// TestConfigKeysNameFields checks that every config key names a field of
-// pipeline.Config of the type it points to.
-func TestConfigKeysNameFields(t *testing.T) {
-	var cfg pipeline.Config
-	ct := reflect.TypeOf(cfg)
-	for _, k := range configKeys(&cfg) {
-		f, ok := ct.FieldByName(k.field)
-		if !ok {
-			t.Errorf("config key %s: pipeline.Config has no field %s", k.wire, k.field)
-			continue
-		}
-		if p := reflect.TypeOf(k.ptr); p.Elem() != f.Type {
-			t.Errorf("config key %s: points to %v, field %s is %v", k.wire, p.Elem(), k.field, f.Type)
 		}
 	}
 }

@@ -1,13 +1,10 @@
 package serve
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 
 	"github.com/damacy-go/damacy/cuda"
 	"github.com/damacy-go/damacy/pipeline"
@@ -78,154 +75,17 @@ func (s *server) hello(id int64, req *request) {
 	}, nil)
 }
 
-// configKey is one of hello's integer config keys: its name, as the
-// Python client's Config spells it, and the pipeline.Config field it sets.
-type configKey struct {
-	wire  string
-	field string
-	ptr   any // *int or *int64, into the Config configKeys was given
-}
-
-// configKeys lists hello's integer config keys, pointing into cfg.
-// configOf reads them; pythonNames renames their fields in the pipeline's
-// messages.
-func configKeys(cfg *pipeline.Config) []configKey {
-	return []configKey{
-		{"batch_size", "BatchSize", &cfg.BatchSize},
-		{"lookahead_batches", "LookaheadBatches", &cfg.LookaheadBatches},
-		{"n_io_threads", "IOThreads", &cfg.IOThreads},
-		{"n_compute_threads", "ComputeThreads", &cfg.ComputeThreads},
-		{"n_zarrs_meta_cache", "ZarrMetaCache", &cfg.ZarrMetaCache},
-		{"n_shards_meta_cache", "ShardIndexCache", &cfg.ShardIndexCache},
-		{"max_bytes_per_element", "MaxBytesPerElement", &cfg.MaxBytesPerElement},
-		{"batch_slots", "BatchSlots", &cfg.BatchSlots},
-		{"io_concurrency", "IOConcurrency", &cfg.IOConcurrency},
-		{"host_buffer_bytes", "HostBufferBytes", &cfg.HostBufferBytes},
-		{"device_buffer_bytes", "DeviceBufferBytes", &cfg.DeviceBufferBytes},
-		{"max_chunk_uncompressed_bytes", "MaxChunkBytes", &cfg.MaxChunkBytes},
-		{"max_gpu_memory_bytes", "MaxGPUMemoryBytes", &cfg.MaxGPUMemoryBytes},
-		{"chunk_cache_bytes", "ChunkCacheBytes", &cfg.ChunkCacheBytes},
-		{"remote_gap_bytes", "RemoteGapBytes", &cfg.RemoteGapBytes},
-		{"remote_span_bytes", "RemoteSpanBytes", &cfg.RemoteSpanBytes},
-	}
-}
-
-// configOf maps hello's config (the seed's names) onto a pipeline.Config.
+// configOf decodes hello's config (pipeline.Config's JSON names, which
+// are the Python client's) with the pipeline's one decoder.
 func configOf(raw map[string]json.RawMessage) (pipeline.Config, error) {
-	var cfg pipeline.Config
-	ints := map[string]*int{}
-	int64s := map[string]*int64{}
-	for _, k := range configKeys(&cfg) {
-		switch p := k.ptr.(type) {
-		case *int:
-			ints[k.wire] = p
-		case *int64:
-			int64s[k.wire] = p
-		}
+	if raw == nil {
+		return pipeline.Config{}, nil
 	}
-	var unknown []string
-	for k := range raw {
-		if ints[k] == nil && int64s[k] == nil && k != "dtype" && k != "sample_shape" && k != "mapped_file_bytes" && k != "sources" && k != "augment" && k != "on_error" {
-			unknown = append(unknown, k)
-		}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return pipeline.Config{}, statusErrorf(statusInval, "config: %v", err)
 	}
-	if len(unknown) > 0 {
-		slices.Sort(unknown)
-		return cfg, statusErrorf(statusInval, "unknown config keys: %s", strings.Join(unknown, ", "))
-	}
-	bad := func(k string, v json.RawMessage, want string) error {
-		return statusErrorf(statusInval, "config.%s = %s: must be %s", k, v, want)
-	}
-	for k, v := range raw {
-		switch {
-		case ints[k] != nil:
-			if json.Unmarshal(v, ints[k]) != nil || *ints[k] < 0 {
-				return cfg, bad(k, v, "an integer >= 0 (0: the default)")
-			}
-		case int64s[k] != nil:
-			if json.Unmarshal(v, int64s[k]) != nil || *int64s[k] < 0 {
-				return cfg, bad(k, v, "an integer >= 0 (0: the default)")
-			}
-		case k == "dtype":
-			var name string
-			if json.Unmarshal(v, &name) != nil {
-				return cfg, bad(k, v, `"f32" or "bf16"`)
-			}
-			if name == "" {
-				continue
-			}
-			dt, err := pipeline.ParseDtype(name)
-			if err != nil {
-				return cfg, err
-			}
-			cfg.Dtype = dt
-		case k == "on_error":
-			var name string
-			if json.Unmarshal(v, &name) != nil {
-				return cfg, bad(k, v, `"raise" or "skip"`)
-			}
-			policy, err := pipeline.ParseErrorPolicy(name)
-			if err != nil {
-				return cfg, bad(k, v, `"raise" or "skip"`)
-			}
-			cfg.OnError = policy
-		case k == "mapped_file_bytes":
-			if json.Unmarshal(v, &cfg.MappedFileBytes) != nil || cfg.MappedFileBytes < -1 {
-				return cfg, bad(k, v, "an integer >= -1 (0: the default, -1: none)")
-			}
-		case k == "sample_shape":
-			if json.Unmarshal(v, &cfg.SampleShape) != nil {
-				return cfg, bad(k, v, "a list of positive integers")
-			}
-		case k == "augment":
-			a, err := augmentOf(v)
-			if err != nil {
-				return cfg, err
-			}
-			cfg.Augment = a
-		case k == "sources":
-			srcs, err := sourcesOf(v)
-			if err != nil {
-				return cfg, err
-			}
-			cfg.Sources = srcs
-		}
-	}
-	return cfg, nil
-}
-
-// sourceSpec is one entry of hello's config.sources.
-type sourceSpec struct {
-	Name              string `json:"name"`
-	Path              string `json:"path"`
-	Label             string `json:"label"`
-	Dtype             string `json:"dtype"`
-	HostBufferBytes   int64  `json:"host_buffer_bytes"`
-	DeviceBufferBytes int64  `json:"device_buffer_bytes"`
-}
-
-// sourcesOf maps config.sources onto pipeline Sources (which New
-// validates).
-func sourcesOf(v json.RawMessage) ([]pipeline.Source, error) {
-	dec := json.NewDecoder(bytes.NewReader(v))
-	dec.DisallowUnknownFields()
-	var specs []sourceSpec
-	if err := dec.Decode(&specs); err != nil {
-		return nil, statusErrorf(statusInval, "config.sources = %s: must be a list of {name, path, label, dtype, host_buffer_bytes, device_buffer_bytes}: %v", v, err)
-	}
-	out := make([]pipeline.Source, len(specs))
-	for i, sp := range specs {
-		out[i] = pipeline.Source{Name: sp.Name, Path: sp.Path, Label: sp.Label,
-			HostBufferBytes: sp.HostBufferBytes, DeviceBufferBytes: sp.DeviceBufferBytes}
-		if sp.Dtype != "" {
-			dt, err := pipeline.ParseDtype(sp.Dtype)
-			if err != nil {
-				return nil, statusErrorf(statusInval, "config.sources[%d].dtype: %v", i, err)
-			}
-			out[i].Dtype = dt
-		}
-	}
-	return out, nil
+	return pipeline.DecodeConfig(b)
 }
 
 // deviceOf maps hello's device onto Config.Device and, for a GPU, the

@@ -243,7 +243,11 @@ func TestConfigOfRemote(t *testing.T) {
 	if err != nil || cfg.IOConcurrency != 128 || cfg.RemoteGapBytes != 1<<20 || cfg.RemoteSpanBytes != 16<<20 {
 		t.Fatalf("configOf: %+v, %v", cfg, err)
 	}
-	if _, err := configOf(map[string]json.RawMessage{"io_concurrency": json.RawMessage("-1")}); err == nil || !strings.Contains(err.Error(), "io_concurrency") {
+	cfg, err = configOf(map[string]json.RawMessage{"io_concurrency": json.RawMessage("-1")})
+	if err == nil {
+		_, err = pipeline.New(cfg) // the range is New's to check
+	}
+	if err == nil || !strings.Contains(pythonNames(err.Error()), "io_concurrency") {
 		t.Errorf("io_concurrency -1: %v", err)
 	}
 }

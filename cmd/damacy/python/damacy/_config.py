@@ -14,12 +14,15 @@ from ._enums import Dtype
 __all__ = ["Config", "Source"]
 
 
-def _int(name: str, value: Any, low: int) -> int:
-    """value as an int >= low, or a TypeError / ValueError naming the field."""
+def _int(name: str, value: Any, low: Optional[int]) -> int:
+    """value as an int >= low, or a TypeError / ValueError naming the field.
+    low None: any int (the extras' ranges are the server's to check, one
+    place for Go and Python: an out-of-range value fails the Pipeline's
+    start with InvalidArgument naming the field)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int (got {type(value).__name__})")
     n = int(value)
-    if n < low:
+    if low is not None and n < low:
         raise ValueError(f"{name} must be >= {low} (got {n})")
     return n
 
@@ -370,12 +373,12 @@ class Config:
             "max_bytes_per_element": _int("max_bytes_per_element", max_bytes_per_element, 0),
             "device": _device(device),
             "sample_shape": _shape(sample_shape),
-            "batch_slots": _int("batch_slots", batch_slots, 0),
-            "chunk_cache_bytes": _int("chunk_cache_bytes", chunk_cache_bytes, 0),
-            "mapped_file_bytes": _int("mapped_file_bytes", mapped_file_bytes, -1),
-            "io_concurrency": _int("io_concurrency", io_concurrency, 0),
-            "remote_gap_bytes": _int("remote_gap_bytes", remote_gap_bytes, 0),
-            "remote_span_bytes": _int("remote_span_bytes", remote_span_bytes, 0),
+            "batch_slots": _int("batch_slots", batch_slots, None),
+            "chunk_cache_bytes": _int("chunk_cache_bytes", chunk_cache_bytes, None),
+            "mapped_file_bytes": _int("mapped_file_bytes", mapped_file_bytes, None),
+            "io_concurrency": _int("io_concurrency", io_concurrency, None),
+            "remote_gap_bytes": _int("remote_gap_bytes", remote_gap_bytes, None),
+            "remote_span_bytes": _int("remote_span_bytes", remote_span_bytes, None),
         }
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip' (got {on_error!r})")
@@ -390,12 +393,6 @@ class Config:
         if values["max_bytes_per_element"] not in (0, 1, 2, 4, 8):
             raise ValueError(
                 f"max_bytes_per_element must be 0, 1, 2, 4 or 8 (got {values['max_bytes_per_element']})"
-            )
-        if values["batch_slots"] == 1:
-            raise ValueError("batch_slots must be 0 (the default) or >= 2 (got 1)")
-        if 0 < values["chunk_cache_bytes"] < 1 << 20:
-            raise ValueError(
-                f"chunk_cache_bytes must be 0 (off) or >= 1 MiB (got {values['chunk_cache_bytes']})"
             )
         for name, value in values.items():
             object.__setattr__(self, name, value)

@@ -8,12 +8,14 @@ frame's first byte; the frame's top-level ``"fds"`` says how many.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from typing import Any, Dict, List, Mapping, Optional
 
-from ._augment import Transform
+from ._augment import Augment, Transform
 from ._config import Config, Source
+from ._enums import Dtype
 from ._sample import Sample
 
 __all__ = [
@@ -89,37 +91,52 @@ def fd_count(message: Mapping[str, Any]) -> int:
     return n
 
 
-def hello_config(config: Config) -> Dict[str, Any]:
-    """hello's ``config`` object: the seed's field names, dtype by name,
-    and ``sources`` when the Config has any."""
-    out: Dict[str, Any] = {
-        "batch_size": config.batch_size,
-        "host_buffer_bytes": config.host_buffer_bytes,
-        "device_buffer_bytes": config.device_buffer_bytes,
-        "dtype": config.dtype.wire_name,
-        "lookahead_batches": config.lookahead_batches,
-        "n_io_threads": config.n_io_threads,
-        "n_compute_threads": config.n_compute_threads,
-        "n_zarrs_meta_cache": config.n_zarrs_meta_cache,
-        "n_shards_meta_cache": config.n_shards_meta_cache,
-        "max_chunk_uncompressed_bytes": config.max_chunk_uncompressed_bytes,
-        "max_gpu_memory_bytes": config.max_gpu_memory_bytes,
-        "max_bytes_per_element": config.max_bytes_per_element,
-        "sample_shape": list(config.sample_shape),
-        "batch_slots": config.batch_slots,
-        "chunk_cache_bytes": config.chunk_cache_bytes,
-        "mapped_file_bytes": config.mapped_file_bytes,
+#: Config fields hello does not send: they say where and how the client
+#: runs the server, not what the pipeline does.
+CLIENT_ONLY = frozenset({"device", "engine"})
+
+#: Config fields hello sends even at their values here: the reference's
+#: defaults, which differ from (or must not depend on) the server's.
+ALWAYS_SENT = frozenset(
+    {
+        "batch_size",
+        "host_buffer_bytes",
+        "device_buffer_bytes",
+        "lookahead_batches",
+        "n_io_threads",
+        "n_zarrs_meta_cache",
+        "n_shards_meta_cache",
     }
-    for key in ("io_concurrency", "remote_gap_bytes", "remote_span_bytes"):
-        if getattr(config, key):  # absent: the server's default
-            out[key] = getattr(config, key)
-    if config.sources:  # absent: one source, "image", the sample's own array of dtype
-        out["sources"] = [source_message(s) for s in config.sources]
-    if config.augment is not None:
-        out["augment"] = config.augment.to_wire()
-    if config.on_error != "raise":  # absent: "raise"
-        out["on_error"] = config.on_error
+)
+
+
+def hello_config(config: Config) -> Dict[str, Any]:
+    """hello's ``config`` object: each of Config's fields (less the
+    client's own) under its name, which is the server's (pipeline.Config's
+    JSON name), when the user set it or the reference fixes its default;
+    a field left at its zero (0, empty, None, ``"raise"``, f32) is absent,
+    which is the server's default."""
+    out: Dict[str, Any] = {}
+    for field in dataclasses.fields(config):
+        name = field.name
+        if name in CLIENT_ONLY:
+            continue
+        value = getattr(config, name)
+        if name not in ALWAYS_SENT and value in (0, (), None, "raise", Dtype.F32):
+            continue
+        out[name] = _wire(value)
     return out
+
+
+def _wire(value: Any) -> Any:
+    """A Config field's value as hello sends it."""
+    if isinstance(value, Dtype):
+        return value.wire_name
+    if isinstance(value, Augment):
+        return value.to_wire()
+    if isinstance(value, tuple):
+        return [source_message(v) if isinstance(v, Source) else v for v in value]
+    return value
 
 
 def source_message(source: Source) -> Dict[str, Any]:

@@ -182,7 +182,7 @@ class FakeServer:
             if self.config["batch_size"] < 1:
                 self._fail(m, "INVAL", "config.batch_size must be >= 1")
                 return False
-            self.sample_shape = list(self.config["sample_shape"]) or None
+            self.sample_shape = list(self.config.get("sample_shape", [])) or None
             # A cuda device gets the "CUDA engine" of tests/stub_cuda.c:
             # slots are memfds named by their handles.
             self.engine = "cuda" if self.device.get("kind") == "cuda" else "host"
@@ -362,7 +362,7 @@ class FakeServer:
         return ""
 
     def _deliver(self, pop_id: int, batch_id: int, slot: int, samples: List[Dict[str, Any]]) -> None:
-        bf16 = self.config["dtype"] == "bf16"
+        bf16 = self.config.get("dtype", "f32") == "bf16"
         itemsize = 2 if bf16 else 4
         shape = [len(samples)] + list(self.sample_shape or [])
         per = int(np.prod(self.sample_shape)) * itemsize

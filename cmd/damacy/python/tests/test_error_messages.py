@@ -189,3 +189,22 @@ def test_budget_at_create_names_the_python_fields(serve_binary):
         "Config.device_buffer_bytes = 2097152 cannot hold one chunk of "
         "Config.max_chunk_uncompressed_bytes = 4194304: raise Config.device_buffer_bytes to at least 4194304"
     ) in msg, msg
+
+
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("batch_slots", 1, "Config.batch_slots = 1: must be in 2..64"),
+        ("chunk_cache_bytes", 1024, "Config.chunk_cache_bytes = 1024: must be 0 (no cache) or in 1 MiB..64 TiB"),
+        ("mapped_file_bytes", -2, "Config.mapped_file_bytes = -2: must be -1 (none), 0 (the default) or positive"),
+        ("io_concurrency", -1, "Config.io_concurrency = -1: must be in 1..4096"),
+        ("remote_gap_bytes", -1, "Config.remote_gap_bytes = -1: must be in 1..1 GiB"),
+    ],
+)
+def test_the_server_checks_the_extras_ranges(serve_binary, field, value, says):
+    """The extras' ranges are checked once, by the server (Go's
+    pipeline.Config), which names the field as Python spells it."""
+    with pytest.raises(damacy.InvalidArgument) as e:
+        damacy.Pipeline(config(**{field: value}))
+    assert says in str(e.value)
+    assert not message_faults(str(e.value))

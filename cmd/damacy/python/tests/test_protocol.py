@@ -72,17 +72,11 @@ def test_hello_sends_the_config_and_device(fake):
             "dtype": "bf16",
             "lookahead_batches": 2,
             "n_io_threads": 4,
-            "n_compute_threads": 0,
             "n_zarrs_meta_cache": 64,
             "n_shards_meta_cache": 256,
-            "max_chunk_uncompressed_bytes": 0,
-            "max_gpu_memory_bytes": 0,
-            "max_bytes_per_element": 0,
             "sample_shape": [2, 3],
             "batch_slots": 3,
-            "chunk_cache_bytes": 0,
-            "mapped_file_bytes": 0,
-        }
+        }  # the fields set, and the reference's defaults: the server's defaults for the rest
         info = p.server_info
         assert info["engine"] == "host" and info["slots"] == 2 and info["pid"] == os.getpid()
         assert "engine=host" in repr(p)

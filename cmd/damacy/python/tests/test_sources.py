@@ -211,7 +211,7 @@ class SourcesFakeServer(FakeServer):
         super().__init__(sock, **kwargs)
 
     def sources(self) -> List[Dict[str, Any]]:
-        return self.config.get("sources") or [{"name": "image", "dtype": self.config["dtype"]}]
+        return self.config.get("sources") or [{"name": "image", "dtype": self.config.get("dtype", "f32")}]
 
     def _read(self) -> None:
         try:
@@ -340,7 +340,7 @@ def test_hello_sends_the_sources(fake_sources):
                 "device_buffer_bytes": 2 << 20,
             },
         ]
-        assert hello["config"]["dtype"] == "f32"
+        assert "dtype" not in hello["config"]  # f32, the default: with sources, the first source's
         assert p.config.sources == FOUR
     with damacy.Pipeline(small()) as p:
         assert "sources" not in fake_sources.last.received[0]["config"]

@@ -127,8 +127,6 @@ def test_config_dtype_bf16_spellings(dtype):
         ("max_gpu_memory_bytes", -1, "max_gpu_memory_bytes must be >= 0 (got -1)"),
         ("max_bytes_per_element", 3, "max_bytes_per_element must be 0, 1, 2, 4 or 8 (got 3)"),
         ("device", -1, "device must be >= 0 (got -1)"),
-        ("batch_slots", 1, "batch_slots must be 0 (the default) or >= 2 (got 1)"),
-        ("mapped_file_bytes", -2, "mapped_file_bytes must be >= -1 (got -2)"),
         ("sample_shape", (4, 0), "sample_shape[1] must be >= 1 (got 0)"),
         ("dtype", "f16", "unknown dtype: 'f16'"),
     ],
@@ -373,6 +371,45 @@ def test_set_log_level_validates():
         damacy.set_log_level("debug")  # type: ignore[arg-type]
 
 
+def test_hello_sends_what_was_set_and_the_reference_defaults():
+    """hello's config holds the fields the user set and the reference's
+    defaults (the server's own default for the rest); never the client's
+    own fields (device, engine)."""
+    from damacy._protocol import hello_config
+
+    wire = hello_config(damacy.Config(batch_size=2, host_buffer_bytes=0, device_buffer_bytes=0))
+    assert wire == {
+        "batch_size": 2,
+        "host_buffer_bytes": 0,
+        "device_buffer_bytes": 0,
+        "lookahead_batches": 2,
+        "n_io_threads": 4,
+        "n_zarrs_meta_cache": 64,
+        "n_shards_meta_cache": 256,
+    }
+    c = damacy.Config(
+        batch_size=2,
+        host_buffer_bytes=1 << 30,
+        device_buffer_bytes=1 << 30,
+        dtype="bf16",
+        sample_shape=(4, 8),
+        batch_slots=4,
+        mapped_file_bytes=-1,
+        on_error="skip",
+        device="cpu",
+        engine="host",
+    )
+    wire = hello_config(c)
+    assert {k: wire[k] for k in ("dtype", "sample_shape", "batch_slots", "mapped_file_bytes", "on_error")} == {
+        "dtype": "bf16",
+        "sample_shape": [4, 8],
+        "batch_slots": 4,
+        "mapped_file_bytes": -1,
+        "on_error": "skip",
+    }
+    assert not {"device", "engine", "chunk_cache_bytes", "n_compute_threads"} & set(wire)
+
+
 def test_object_store_settings_reach_hello():
     """io_concurrency, remote_gap_bytes and remote_span_bytes: validated,
     sent in hello when set, absent (the server's defaults) when 0."""
@@ -383,5 +420,5 @@ def test_object_store_settings_reach_hello():
     assert (wire["io_concurrency"], wire["remote_gap_bytes"], wire["remote_span_bytes"]) == (128, 1 << 20, 16 << 20)
     assert not {"io_concurrency", "remote_gap_bytes", "remote_span_bytes"} & set(hello_config(small()))
     for key in ("io_concurrency", "remote_gap_bytes", "remote_span_bytes"):
-        with pytest.raises(ValueError, match=key):
-            small(**{key: -1})
+        with pytest.raises(TypeError, match=key):
+            small(**{key: 1.5})  # their ranges are the server's (test_error_messages.py)
