@@ -27,11 +27,12 @@ reports:
   stages            per-stage busy time, count, best, bytes in and out
   read amplification  bytes read / bytes of the boxes in the source dtype
   caches            metadata and shard index hits and misses, and the
-                    chunk cache's when the run has one (run.chunk_cache)
+                    chunk cache's when the run has one
+                    (run.config.chunk_cache_bytes)
   epochs            for a run of several epochs (run.epochs): each epoch's
                     rate and chunk cache hits, epoch 1 against the others
-  sources           for a run of several sources (run.sources: an image
-                    and its label): each tensor's output GB/s; the
+  sources           for a run of several sources (run.config.sources: an
+                    image and its label): each tensor's output GB/s; the
                     throughput counts every tensor's bytes
 
 and then the ceilings, measured in the same run over the same boxes:
@@ -43,8 +44,9 @@ and then the ceilings, measured in the same run over the same boxes:
                     range after another, as the run reads into its slabs
   GET replay        instead of the pread replay when the dataset is remote:
                     the same chunks, batch by batch, merged into ranged GETs
-                    as the run merges them (gaps up to run.remote_gap, by
-                    default 256 KiB; up to run.remote_span, 8 MiB, per GET),
+                    as the run merges them (gaps up to
+                    run.config.remote_gap_bytes, by default 256 KiB; up to
+                    run.config.remote_span_bytes, 8 MiB, per GET),
                     fetched through the same kind of store with as many GETs
                     in flight as the run had (io_concurrency) into a staging
                     buffer of up to 1 GiB
@@ -53,7 +55,7 @@ and then the ceilings, measured in the same run over the same boxes:
                     sends nvCOMP of them (zstd and LZ4 chunks, the streams
                     of blosc chunks; LZ4 with its GPU check), per codec in
                     one batched call as large as one of the run's waves
-                    (half of device_buffer, at most 512 MiB)
+                    (half of device_buffer_bytes, at most 512 MiB)
   assemble-only     one batch gathered and cast from decoded chunks by the
                     assemble code the engines run (on the CPU; and on the
                     GPU for the CUDA engine)
@@ -105,9 +107,9 @@ the same warm-up, holding batches as the run held them:
                     augmentation's cost, 100 * (1 - throughput / this)
   one pipeline per  one pipeline per source, each reading its source alone
   source            (its array, its axes of the box, its buffers, 1/n of
-                    run.gpu_cap, the same geometric transforms), all at
-                    once, one batch popped from each in turn: the run's
-                    throughput over theirs together
+                    run.config.max_gpu_memory_bytes, the same geometric
+                    transforms), all at once, one batch popped from each
+                    in turn: the run's throughput over theirs together
 
 With --verify each comparison's first batches are checked too.
 
@@ -119,7 +121,8 @@ GPU memory committed (Stats.GPUBytesCommitted), the device's used memory
 throughput of the second past; the report gives min, max and last of
 each, compares the averages of the first and the last minute (a third of
 the run when shorter) and flags memory that grew, and on the CUDA engine
-checks the largest samples against run.gpu_cap and host_buffer + 256 MiB.
+checks the largest samples against run.config.max_gpu_memory_bytes and
+host_buffer_bytes + 256 MiB.
 --json includes every sample. Startup is always reported: the time from
 the call to pipeline.New to the first batch popped.
 
@@ -172,27 +175,27 @@ Examples:
 		fs.StringVar(&o.Trace, "trace", "", "write a Chrome trace-event JSON file of the run's spans")
 		fs.StringVar(&o.Profile, "profile", "", "write a CPU profile (go tool pprof) of the measured batches")
 		fs.StringVar(&o.Data, "data", "", "dataset directory, or the URI of a remote copy (overrides the scenario's dataset.dir)")
-		ioConc := fs.Int("io-concurrency", 0, "override run.io_concurrency: object-store requests in flight for a remote dataset")
+		ioConc := fs.Int("io-concurrency", 0, "override run.config.io_concurrency: object-store requests in flight for a remote dataset")
 		var gap, span bench.ByteSize
-		fs.Var(&gap, "remote-gap", "override run.remote_gap: the largest gap between two chunks of one object that one GET bridges (256KiB, 1MiB)")
-		fs.Var(&span, "remote-span", "override run.remote_span: the most one GET spans, gaps included (8MiB)")
+		fs.Var(&gap, "remote-gap", "override run.config.remote_gap_bytes: the largest gap between two chunks of one object that one GET bridges (256KiB, 1MiB)")
+		fs.Var(&span, "remote-span", "override run.config.remote_span_bytes: the most one GET spans, gaps included (8MiB)")
 		link := fs.String("link", "", "read a remote dataset through a loopback proxy shaped as RTT[,RATE]: 10ms,10Gbit")
 		fs.StringVar(&o.GetsOut, "gets-out", "", "write the GET replay's GETs (key, offset, length) to this JSON file, for a load generator")
 		fs.StringVar(&o.BoxesOut, "boxes-out", "", "write the boxes read to this JSON file (for the peers)")
 		fs.BoolVar(&o.Ceilings, "ceilings", true, "measure the ceilings after the run")
 		engine := fs.String("engine", "", "override run.engine: auto, host, cuda or cuda:N")
-		mapped := fs.String("mapped-files", "", "override run.mapped_files: auto, off, or a size")
+		mapped := fs.String("mapped-files", "", "override run.config.mapped_file_bytes: auto, off, or a size")
 		fs.BoolVar(&o.Verify, "verify", false, "check the first batch popped (a warm-up batch when there is one), every tensor, against the reference reader")
 		fs.BoolVar(&o.Compare, "compare", false, "measure the comparisons (run.compare): the same boxes without run.augment, and one pipeline per source")
 		keep := fs.Bool("keep", false, "override run.keep: keep each batch until the next one is popped, as a training loop keeps its tensor until its next step")
-		slots := fs.Int("batch-slots", 0, "override run.batch_slots (0: the scenario's)")
+		slots := fs.Int("batch-slots", 0, "override run.config.batch_slots (0: the scenario's)")
 		fs.DurationVar(&o.Duration, "duration", 0, "stream the measured batches for this long instead of the scenario's count, sampling memory and throughput every second")
 		var ov bench.RunOverrides
 		fs.StringVar(&ov.Boxes, "boxes", "", "chunks: read every chunk once, one box per chunk; or a box shape (128,128,128): random boxes of that shape")
-		fs.IntVar(&ov.BatchSize, "batch-size", 0, "override run.batch_size (an array: 4)")
+		fs.IntVar(&ov.BatchSize, "batch-size", 0, "override run.config.batch_size (an array: 4)")
 		fs.IntVar(&ov.Batches, "batches", 0, "override run.batches: measured batches")
 		fs.IntVar(&ov.Warmup, "warmup", -1, "override run.warmup: batches popped before the measured ones")
-		fs.StringVar(&ov.Dtype, "dtype", "", "override run.dtype: f32 or bf16")
+		fs.StringVar(&ov.Dtype, "dtype", "", "override run.config.dtype: f32 or bf16")
 		level := fs.Int("level", 0, "an OME-NGFF image ARRAY: the multiscale level read")
 		return func(ctx context.Context, e *env, args []string) error {
 			if len(args) != 1 {
@@ -217,7 +220,7 @@ Examples:
 				return err
 			}
 			if o.Compare && !sc.Comparable() {
-				return usagef("--compare: scenario %s has neither run.augment nor several run.sources: nothing to compare", sc.Name)
+				return usagef("--compare: scenario %s has neither run.augment nor several run.config.sources: nothing to compare", sc.Name)
 			}
 			if *engine != "" {
 				if _, err := base.EngineDevice(*engine); err != nil {
@@ -226,34 +229,35 @@ Examples:
 				sc.Run.Engine = *engine
 			}
 			if *mapped != "" {
-				if _, err := bench.MappedFileBytes(*mapped); err != nil {
+				v, err := bench.MappedFileBytes(*mapped)
+				if err != nil {
 					return usagef("--mapped-files %v", err)
 				}
-				sc.Run.MappedFiles = *mapped
+				sc.Run.Config.MappedFileBytes = v
 			}
 			if *keep {
 				sc.Run.Keep = true
 			}
 			if *slots != 0 {
-				sc.Run.BatchSlots = *slots
+				sc.Run.Config.BatchSlots = *slots
 			}
 			if *ioConc != 0 {
 				if *ioConc < 1 || *ioConc > 4096 {
 					return usagef("--io-concurrency %d: must be in 1..4096", *ioConc)
 				}
-				sc.Run.IOConcurrency = *ioConc
+				sc.Run.Config.IOConcurrency = *ioConc
 			}
 			if gap != 0 {
 				if gap > 1<<30 {
 					return usagef("--remote-gap %v: must be at most 1 GiB", gap)
 				}
-				sc.Run.RemoteGap = gap
+				sc.Run.Config.RemoteGapBytes = int64(gap)
 			}
 			if span != 0 {
 				if span > 1<<30 {
 					return usagef("--remote-span %v: must be at most 1 GiB", span)
 				}
-				sc.Run.RemoteSpan = span
+				sc.Run.Config.RemoteSpanBytes = int64(span)
 			}
 			if *link != "" {
 				l, err := netshape.ParseLink(*link)

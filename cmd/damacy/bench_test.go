@@ -47,7 +47,7 @@ func TestBenchBadScenario(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "bad.json")
 	doc := `{"name": "t", "dataset": {"arrays": 0, "shape": [16, 64], "chunk": [8, 32], "dtype": "uint16", "codec": "zstd", "entropy": 0.5, "seed": 1},
-  "run": {"batch_size": 2, "sample_shape": [8, 32], "batches": 2, "warmup": 1, "dtype": "f32", "seed": 1}}`
+  "run": {"config": {"batch_size": 2, "sample_shape": [8, 32], "dtype": "f32"}, "batches": 2, "warmup": 1, "seed": 1}}`
 	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}

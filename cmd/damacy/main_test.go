@@ -102,7 +102,7 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	out, _ = mustRun(t, "help", "bench")
-	for _, field := range []string{"batch_size", "sample_shape", "lookahead_batches", "gpu_cap", "hold_ms", "entropy", "throughput", "smoke"} {
+	for _, field := range []string{"batch_size", "sample_shape", "lookahead_batches", "max_gpu_memory_bytes", "n_io_threads", "\"config\"", "hold_ms", "entropy", "throughput", "smoke"} {
 		if !strings.Contains(out, field) {
 			t.Errorf("damacy help bench does not mention %s", field)
 		}

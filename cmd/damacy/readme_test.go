@@ -119,7 +119,7 @@ func readmeImage(t *testing.T) string {
 	err := os.WriteFile(scenario, []byte(`{"name": "readme", "dataset": {"arrays": 1, "shape": [64, 256, 256], "chunk": [32, 64, 64],
 		"shard": [64, 128, 128], "dtype": "uint16", "codec": "zstd", "level": 3, "entropy": 0.5, "seed": 1,
 		"labels": {"name": "cells", "dtype": "uint8", "codec": "zstd", "foreground": 0.1}},
-		"run": {"batch_size": 4, "sample_shape": [32, 64, 64], "batches": 1, "dtype": "f32", "seed": 1}}`), 0o644)
+		"run": {"config": {"batch_size": 4, "sample_shape": [32, 64, 64], "dtype": "f32"}, "batches": 1, "seed": 1}}`), 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"github.com/damacy-go/damacy/pipeline"
 	"path/filepath"
 	"slices"
 
@@ -85,7 +86,7 @@ func ArrayScenario(path string, level int) (*Scenario, error) {
 		Name:        filepath.Base(abs),
 		Description: fmt.Sprintf("%s (%s): %s %s, %s, %s", abs, what, base.Shape(d.Shape), d.Dtype[0], chunks, a.Codec()),
 		Dataset:     d,
-		Run:         RunSpec{Boxes: BoxesChunks, BatchSize: 4, Dtype: "f32", Engine: "auto", Seed: 1},
+		Run:         RunSpec{Config: pipeline.Config{BatchSize: 4, Dtype: pipeline.F32}, Boxes: BoxesChunks, Engine: "auto", Seed: 1},
 		array:       ad,
 	}
 	if err := sc.revalidate(); err != nil {

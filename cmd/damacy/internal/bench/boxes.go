@@ -64,7 +64,7 @@ const boxSeedStream = 0x6461_6d61_6379_0001
 // random from the run's seed.
 func drawBoxes(sc *Scenario) []boxSample {
 	r := newBoxRand(sc)
-	n := (sc.Run.Warmup + sc.Run.Batches) * sc.Run.BatchSize
+	n := (sc.Run.Warmup + sc.Run.Batches) * sc.Run.Config.BatchSize
 	out := make([]boxSample, n)
 	for i := range out {
 		out[i] = drawBox(r, sc)
@@ -78,8 +78,8 @@ func newBoxRand(sc *Scenario) *rand.Rand { return rand.New(rand.NewPCG(sc.Run.Se
 
 // drawBox draws one sample from r.
 func drawBox(r *rand.Rand, sc *Scenario) boxSample {
-	s := boxSample{Array: r.IntN(sc.Dataset.Arrays), Box: make([][2]int64, len(sc.Run.SampleShape))}
-	for d, ext := range sc.Run.SampleShape {
+	s := boxSample{Array: r.IntN(sc.Dataset.Arrays), Box: make([][2]int64, len(sc.Run.Config.SampleShape))}
+	for d, ext := range sc.Run.shape() {
 		o := r.Int64N(sc.Dataset.Shape[d] - ext + 1)
 		s.Box[d] = [2]int64{o, o + ext}
 	}
@@ -102,7 +102,7 @@ func uniformStream(sc *Scenario) func() func() (boxSample, bool) {
 func foregroundStream(ctx context.Context, sc *Scenario, bs *boxSet) (func() func() (boxSample, bool), error) {
 	d := &sc.Dataset
 	cfg := boxsampler.Config{
-		Kind: boxsampler.Foreground, Box: sc.Run.SampleShape, Seed: sc.Run.Seed, Infinite: true,
+		Kind: boxsampler.Foreground, Box: sc.Run.shape(), Seed: sc.Run.Seed, Infinite: true,
 		Fraction: sc.Run.Sampler.Fraction, LabelLevel: labelLevels(d.labelShape()) - 1,
 	}
 	for i := range d.Arrays {
@@ -140,7 +140,7 @@ func (bs *boxSet) draw(ctx context.Context, sc *Scenario) error {
 		bs.stream, bs.Sampler = st, "foreground"
 	}
 	next := bs.stream()
-	warm := sc.Run.Warmup * sc.Run.BatchSize
+	warm := sc.Run.Warmup * sc.Run.Config.BatchSize
 	bs.Samples = make([]boxSample, warm+sc.passSamples())
 	bs.foreground = 0
 	for i := range bs.Samples {
@@ -171,8 +171,8 @@ func newBoxSet(sc *Scenario, dir string, rd *remoteData, samples []boxSample) (*
 	}
 	srcs := sc.sources()
 	bs := &boxSet{
-		Scenario: sc.Name, DatasetDir: abs, SampleShape: sc.Run.SampleShape,
-		BatchSize: sc.Run.BatchSize, Warmup: sc.Run.Warmup, Batches: sc.Run.Batches,
+		Scenario: sc.Name, DatasetDir: abs, SampleShape: sc.Run.shape(),
+		BatchSize: sc.Run.Config.BatchSize, Warmup: sc.Run.Warmup, Batches: sc.Run.Batches,
 		Dtype: srcs[0].dtype.String(), Samples: samples, remote: rd,
 		Sampler: "uniform", stream: uniformStream(sc),
 	}

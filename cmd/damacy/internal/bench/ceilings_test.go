@@ -248,7 +248,7 @@ func TestCeilingScaleSources(t *testing.T) {
 func TestCeilingScaleOverlap(t *testing.T) {
 	dir := t.TempDir()
 	sc := scenarioFile(t, dir, `"chunk": [8, 32, 32], "shard": [16, 64, 64],`, `"chunk": [8, 16, 16],`,
-		`"batch_size": 2, "sample_shape": [8, 32, 32], "batches": 2,`, `"batch_size": 8, "sample_shape": [8, 48, 48], "batches": 12,`)
+		`"batch_size": 2, "sample_shape": [8, 32, 32],`, `"batch_size": 8, "sample_shape": [8, 48, 48],`, `"batches": 2,`, `"batches": 12,`)
 	boxes := filepath.Join(dir, "boxes.json")
 	rep, _ := runScenario(t, sc, Options{Ceilings: true, Data: filepath.Join(dir, "data"), BoxesOut: boxes})
 	h := loadByHand(t, boxes)

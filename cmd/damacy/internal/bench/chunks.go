@@ -57,11 +57,11 @@ func (r *RunSpec) validateBoxes(d *DatasetSpec) error {
 		return fieldErr("run.boxes", "%q: want random or chunks", r.Boxes)
 	}
 	grid := d.gridChunk()
-	if len(r.SampleShape) == 0 {
-		r.SampleShape = slices.Clone(grid)
+	if len(r.Config.SampleShape) == 0 {
+		r.setShape(grid)
 	}
-	if !slices.Equal(r.SampleShape, grid) {
-		return fieldErr("run.sample_shape", "%v: with run.boxes chunks the boxes are the chunks of the grid, %v: omit it or give that", r.SampleShape, grid)
+	if !slices.Equal(r.shape(), grid) {
+		return fieldErr("run.config.sample_shape", "%v: with run.boxes chunks the boxes are the chunks of the grid, %v: omit it or give that", r.Config.SampleShape, grid)
 	}
 	if r.Sampler != nil {
 		return fieldErr("run.sampler", "does not apply to run.boxes chunks, which reads every chunk")
@@ -69,12 +69,12 @@ func (r *RunSpec) validateBoxes(d *DatasetSpec) error {
 	if r.Epochs > 1 {
 		return fieldErr("run.epochs", "%d: run.boxes chunks reads every chunk once", r.Epochs)
 	}
-	total := (int64(d.Arrays)*gridChunks(d.Shape, grid) + int64(r.BatchSize) - 1) / int64(r.BatchSize)
+	total := (int64(d.Arrays)*gridChunks(d.Shape, grid) + int64(r.Config.BatchSize) - 1) / int64(r.Config.BatchSize)
 	switch {
 	case r.Batches < 0:
 		return fieldErr("run.batches", "%d: must not be negative", r.Batches)
 	case int64(r.Batches) > total:
-		return fieldErr("run.batches", "%d: the %d chunks of the arrays make %d batches of %d", r.Batches, int64(d.Arrays)*gridChunks(d.Shape, grid), total, r.BatchSize)
+		return fieldErr("run.batches", "%d: the %d chunks of the arrays make %d batches of %d", r.Batches, int64(d.Arrays)*gridChunks(d.Shape, grid), total, r.Config.BatchSize)
 	case r.Batches == 0:
 		if total > 1<<30 {
 			return fieldErr("run.batches", "the arrays have %d chunks: give a number of batches", int64(d.Arrays)*gridChunks(d.Shape, grid))
@@ -118,7 +118,7 @@ func chunkStream(sc *Scenario) func() func() (boxSample, bool) {
 // run.boxes chunks read: run.batches full batches, or every chunk when
 // the last of them is ragged.
 func (sc *Scenario) passSamples() int {
-	n := sc.Run.Batches * sc.Run.BatchSize
+	n := sc.Run.Batches * sc.Run.Config.BatchSize
 	if sc.Run.chunked() {
 		n = int(min(int64(n), int64(sc.Dataset.Arrays)*gridChunks(sc.Dataset.Shape, sc.Dataset.gridChunk())))
 	}
@@ -141,7 +141,7 @@ func (sc *Scenario) SetBoxes(spec string) error {
 	r := &sc.Run
 	if spec == BoxesChunks {
 		if !r.chunked() {
-			r.Boxes, r.SampleShape, r.Batches = BoxesChunks, nil, 0
+			r.Boxes, r.Config.SampleShape, r.Batches = BoxesChunks, nil, 0
 		}
 		return sc.revalidate()
 	}
@@ -150,14 +150,15 @@ func (sc *Scenario) SetBoxes(spec string) error {
 		return fmt.Errorf("--boxes %s: want chunks, or a box shape of %d axes such as %s", spec, len(sc.Dataset.Shape), formatShape(sc.Dataset.gridChunk()))
 	}
 	if r.chunked() {
-		voxels, box := int64(sc.Dataset.Arrays), int64(r.BatchSize)
+		voxels, box := int64(sc.Dataset.Arrays), int64(r.Config.BatchSize)
 		for i, n := range sc.Dataset.Shape {
 			voxels *= n
 			box *= shape[i]
 		}
 		r.Batches = int(max((voxels+box-1)/box, 1))
 	}
-	r.Boxes, r.SampleShape = BoxesRandom, shape
+	r.Boxes = BoxesRandom
+	r.setShape(shape)
 	return sc.revalidate()
 }
 

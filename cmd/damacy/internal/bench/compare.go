@@ -19,7 +19,7 @@ type CompareReport struct {
 	NoAugment *Comparison `json:"no_augment,omitempty"`
 	// Apart is one pipeline per source, each reading its source alone
 	// (apartConfigs), all at once, one batch popped from each in turn
-	// (several run.sources only).
+	// (several run.config.sources only).
 	Apart *Comparison `json:"apart,omitempty"`
 }
 
@@ -39,8 +39,8 @@ type Comparison struct {
 }
 
 // Comparable reports whether the scenario has comparisons to measure:
-// run.augment, or several run.sources.
-func (sc *Scenario) Comparable() bool { return sc.Run.Augment != nil || len(sc.Run.Sources) > 1 }
+// run.augment, or several run.config.sources.
+func (sc *Scenario) Comparable() bool { return sc.Run.Augment != nil || len(sc.Run.Config.Sources) > 1 }
 
 // measureComparisons measures the comparisons that apply to the run, whose
 // report rep holds its throughput and measured batches. With o.Verify,
@@ -48,7 +48,7 @@ func (sc *Scenario) Comparable() bool { return sc.Run.Augment != nil || len(sc.R
 func measureComparisons(ctx context.Context, e Env, sc *Scenario, bs *boxSet, rep *Report, o Options) (*CompareReport, error) {
 	cr := new(CompareReport)
 	endless := o.Duration > 0
-	first := bs.Samples[:sc.Run.BatchSize]
+	first := bs.Samples[:sc.Run.Config.BatchSize]
 	if sc.Run.Augment != nil {
 		cfg := pipelineConfig(sc)
 		cfg.Augment, cfg.Logger = nil, e.Logger

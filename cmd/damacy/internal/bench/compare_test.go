@@ -59,7 +59,7 @@ func TestRunSources(t *testing.T) {
 	sc := segFile(t, dir, append(slices.Clone(noAugment), floatLabel...)...)
 	boxes := filepath.Join(dir, "boxes.json")
 	rep, _ := runScenario(t, sc, Options{Verify: true, Ceilings: true, Data: filepath.Join(dir, "data"), BoxesOut: boxes})
-	samples := int64(sc.Run.Batches * sc.Run.BatchSize)
+	samples := int64(sc.Run.Batches * sc.Run.Config.BatchSize)
 	wantSrc := []SourceReport{
 		{Name: "image", Path: "", Dtype: "bfloat16", Shape: []int64{1, 8, 32, 32}, OutputBytes: samples * 8 * 32 * 32 * 2},
 		{Name: "label", Path: "labels/cells", Dtype: "float32", Shape: []int64{8, 32, 32}, OutputBytes: samples * 8 * 32 * 32 * 4},
@@ -208,7 +208,7 @@ func TestCompareNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Run(context.Background(), Env{Stderr: io.Discard}, sc, Options{Compare: true, Data: t.TempDir()})
-	if err == nil || !strings.Contains(err.Error(), "neither run.augment nor several run.sources") {
+	if err == nil || !strings.Contains(err.Error(), "neither run.augment nor several run.config.sources") {
 		t.Errorf("Run --compare on %s = %v; want nothing to compare", sc.Name, err)
 	}
 }
@@ -247,7 +247,7 @@ func TestForegroundBoxes(t *testing.T) {
 	for range bs.Samples {
 		s, fg := next()
 		for d, r := range s.Box {
-			if r[0] < 0 || r[1] > sc.Dataset.Shape[d] || r[1]-r[0] != sc.Run.SampleShape[d] {
+			if r[0] < 0 || r[1] > sc.Dataset.Shape[d] || r[1]-r[0] != int64(sc.Run.Config.SampleShape[d]) {
 				t.Fatalf("box %v is not an in-bounds box of the sample shape", s.Box)
 			}
 		}

@@ -25,10 +25,10 @@ import (
 // stack to issue the same (cmd/damacy/peers/getload).
 
 // getMerge is the rule the run's pipeline merges a remote dataset's
-// reads by (run.remote_gap, run.remote_span; pipeline.Config's
+// reads by (run.config.remote_gap_bytes, remote_span_bytes; pipeline.Config's
 // RemoteGapBytes and RemoteSpanBytes).
 func getMerge(sc *Scenario) plan.GETMerge {
-	m := plan.GETMerge{Gap: int64(sc.Run.RemoteGap), Span: int64(sc.Run.RemoteSpan)}
+	m := plan.GETMerge{Gap: int64(sc.Run.Config.RemoteGapBytes), Span: int64(sc.Run.Config.RemoteSpanBytes)}
 	if m.Gap == 0 {
 		m.Gap = plan.RemoteGapBytes
 	}
@@ -143,7 +143,7 @@ type GETList struct {
 	Dataset    string `json:"dataset"` // the URI (query values masked)
 	Scheme     string `json:"scheme"`
 	Bucket     string `json:"bucket,omitempty"` // s3:// and gs://
-	GapBytes   int64  `json:"gap_bytes"`        // the merge rule (run.remote_gap, run.remote_span)
+	GapBytes   int64  `json:"gap_bytes"`        // the merge rule (run.config.remote_gap_bytes, remote_span_bytes)
 	SpanBytes  int64  `json:"span_bytes"`
 	Batches    int    `json:"batches"`     // the measured batches they fetch
 	Bytes      int64  `json:"bytes"`       // transferred, gaps included

@@ -20,6 +20,11 @@ import (
 // pairs) applied and loads it.
 func scenarioFile(t *testing.T, dir string, oldnew ...string) *Scenario {
 	t.Helper()
+	for i := 0; i < len(oldnew); i += 2 {
+		if !strings.Contains(validScenario, oldnew[i]) {
+			t.Fatalf("%q is not in validScenario", oldnew[i])
+		}
+	}
 	doc := strings.NewReplacer(oldnew...).Replace(validScenario)
 	file := filepath.Join(dir, "t.json")
 	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
@@ -49,7 +54,7 @@ func TestSequence(t *testing.T) {
 	for s := range bs.sequence(sc, false) {
 		got = append(got, s)
 	}
-	warm, per := sc.Run.Warmup*sc.Run.BatchSize, sc.Run.Batches*sc.Run.BatchSize
+	warm, per := sc.Run.Warmup*sc.Run.Config.BatchSize, sc.Run.Batches*sc.Run.Config.BatchSize
 	if len(got) != warm+3*per {
 		t.Fatalf("%d samples; want %d", len(got), warm+3*per)
 	}
@@ -96,7 +101,7 @@ func TestSequence(t *testing.T) {
 // the chunks they share with earlier batches are cached, miss).
 func TestRunEpochs(t *testing.T) {
 	dir := t.TempDir()
-	sc := scenarioFile(t, dir, `"warmup": 1,`, `"warmup": 0, "epochs": 3, "chunk_cache": "16MiB",`, `"batches": 2,`, `"batches": 12,`)
+	sc := scenarioFile(t, dir, `"warmup": 1,`, `"warmup": 0, "epochs": 3,`, `"n_io_threads": 2,`, `"n_io_threads": 2, "chunk_cache_bytes": "16MiB",`, `"batches": 2,`, `"batches": 12,`)
 	rep, _ := runScenario(t, sc, Options{Data: filepath.Join(dir, "data")})
 	er := rep.Epochs
 	switch {
@@ -200,7 +205,7 @@ func TestSoakSeries(t *testing.T) {
 // TestRunCUDACache runs the smoke scenario on the CUDA engine for three
 // epochs with a chunk cache, then for a few seconds (--duration): the
 // later epochs hit the cache, and the soak samples the GPU's memory and
-// checks the largest against run.gpu_cap.
+// checks the largest against run.config.max_gpu_memory_bytes.
 func TestRunCUDACache(t *testing.T) {
 	cudatest.MustHaveGPU(t)
 	data := filepath.Join(t.TempDir(), "data")
@@ -209,8 +214,8 @@ func TestRunCUDACache(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The smoke dataset decodes to 8 MiB; room for the cache under the cap.
-	sc.Run.Engine, sc.Run.GPUCap = "cuda", 2<<30
-	sc.Run.Warmup, sc.Run.Batches, sc.Run.Epochs, sc.Run.ChunkCache = 0, 24, 3, 16<<20
+	sc.Run.Engine, sc.Run.Config.MaxGPUMemoryBytes = "cuda", 2<<30
+	sc.Run.Warmup, sc.Run.Batches, sc.Run.Epochs, sc.Run.Config.ChunkCacheBytes = 0, 24, 3, 16<<20
 	rep, _ := runScenario(t, sc, Options{Verify: true, Data: data})
 	if er := rep.Epochs; rep.Engine != "cuda" || !rep.Verified || er == nil || len(er.Each) != 3 || er.LaterHitRate < 0.5 {
 		t.Errorf("engine %s, verified %v, epochs %+v; want a verified cuda run of 3 epochs, the later ones mostly hits", rep.Engine, rep.Verified, er)
@@ -222,15 +227,15 @@ func TestRunCUDACache(t *testing.T) {
 	if s == nil || s.GPUCommitted == nil || s.GPUUsed == nil {
 		t.Fatalf("soak report %+v: want GPU memory series", s)
 	}
-	if s.GPUCommitted.Min != s.GPUCommitted.Max || s.GPUCommitted.Max < float64(sc.Run.ChunkCache) || s.GPUUsed.Min < s.GPUCommitted.Max {
-		t.Errorf("gpu committed %+v (a chunk cache of %d), device used %+v: want committed flat, holding the cache, within used", s.GPUCommitted, sc.Run.ChunkCache, s.GPUUsed)
+	if s.GPUCommitted.Min != s.GPUCommitted.Max || s.GPUCommitted.Max < float64(sc.Run.Config.ChunkCacheBytes) || s.GPUUsed.Min < s.GPUCommitted.Max {
+		t.Errorf("gpu committed %+v (a chunk cache of %d), device used %+v: want committed flat, holding the cache, within used", s.GPUCommitted, sc.Run.Config.ChunkCacheBytes, s.GPUUsed)
 	}
 	limits := map[string]SoakLimit{}
 	for _, l := range s.Limits {
 		limits[l.Name] = l
 	}
-	if l, ok := limits["gpu committed"]; !ok || !l.Within || l.Limit != int64(sc.Run.GPUCap) {
-		t.Errorf("gpu committed limit %+v; want within run.gpu_cap", l)
+	if l, ok := limits["gpu committed"]; !ok || !l.Within || l.Limit != int64(sc.Run.Config.MaxGPUMemoryBytes) {
+		t.Errorf("gpu committed limit %+v; want within run.config.max_gpu_memory_bytes", l)
 	}
 	if _, ok := limits["rss"]; !ok && runtime.GOOS == "linux" {
 		t.Errorf("no rss limit in %+v", s.Limits)

@@ -1,6 +1,10 @@
 package bench
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/damacy-go/damacy/pipeline"
+)
 
 // RunOverrides are damacy bench's flags that change a scenario's run; a
 // zero field (Warmup: negative) leaves the scenario's value.
@@ -21,7 +25,7 @@ func (sc *Scenario) Override(o RunOverrides) error {
 		if o.BatchSize < 0 {
 			return fmt.Errorf("--batch-size %d: must be positive", o.BatchSize)
 		}
-		r.BatchSize = o.BatchSize
+		r.Config.BatchSize = o.BatchSize
 		if r.chunked() {
 			r.Batches = 0
 		}
@@ -38,7 +42,11 @@ func (sc *Scenario) Override(o RunOverrides) error {
 		r.Warmup = o.Warmup
 	}
 	if o.Dtype != "" {
-		r.Dtype = o.Dtype
+		dt, err := pipeline.ParseDtype(o.Dtype)
+		if err != nil {
+			return fmt.Errorf("--dtype %s: %w", o.Dtype, err)
+		}
+		r.Config.Dtype = dt
 	}
 	return sc.revalidate()
 }

@@ -115,8 +115,8 @@ func localPath(loc string) (string, error) {
 // ioConcurrency is the number of object-store requests the run keeps in
 // flight: the scenario's, or the pipeline's default.
 func ioConcurrency(sc *Scenario) int {
-	if sc.Run.IOConcurrency > 0 {
-		return sc.Run.IOConcurrency
+	if sc.Run.Config.IOConcurrency > 0 {
+		return sc.Run.Config.IOConcurrency
 	}
 	return pipeline.DefaultIOConcurrency
 }
@@ -205,8 +205,8 @@ type DataSource struct {
 	Scheme      string `json:"scheme"`
 	Endpoint    string `json:"endpoint"`
 	Concurrency int    `json:"concurrency"`    // requests in flight at most
-	GapBytes    int64  `json:"gap_bytes"`      // the largest gap one GET bridges (run.remote_gap)
-	SpanBytes   int64  `json:"span_bytes"`     // the most one GET spans (run.remote_span)
+	GapBytes    int64  `json:"gap_bytes"`      // the largest gap one GET bridges (run.config.remote_gap_bytes)
+	SpanBytes   int64  `json:"span_bytes"`     // the most one GET spans (run.config.remote_span_bytes)
 	Link        string `json:"link,omitempty"` // the shaped link read through (--link), in words
 }
 

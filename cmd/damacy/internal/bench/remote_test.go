@@ -31,7 +31,7 @@ func smokeHost(t *testing.T) *Scenario {
 	// reset, which count what the engine had not decoded by then: with
 	// two slots it cannot be far ahead; with three, how far depends on
 	// the store's speed (150 chunks over HTTP against 168 locally).
-	sc.Run.BatchSlots = 2
+	sc.Run.Config.BatchSlots = 2
 	return sc
 }
 

@@ -30,8 +30,8 @@ type Report struct {
 	Batches     int       `json:"batches"` // measured batches popped
 	HoldMS      int       `json:"hold_ms"`
 	Keep        bool      `json:"keep,omitempty"`        // run.keep: each batch kept until the next pop
-	BatchSlots  int       `json:"batch_slots,omitempty"` // run.batch_slots (0: the default)
-	ChunkCache  int64     `json:"chunk_cache,omitempty"` // the chunk cache's size (run.chunk_cache)
+	BatchSlots  int       `json:"batch_slots,omitempty"` // run.config.batch_slots (0: the default)
+	ChunkCache  int64     `json:"chunk_cache,omitempty"` // the chunk cache's size (run.config.chunk_cache_bytes)
 
 	// Duration is --duration: the measured batches ran for this long
 	// instead of the scenario's count.
@@ -68,7 +68,7 @@ type Report struct {
 	OfLowest     float64       `json:"fraction_of_lowest,omitempty"` // OutputGBps / the lowest ceiling's output GB/s
 	CeilingError string        `json:"ceiling_error,omitempty"`
 
-	// Sources is each tensor of the batches (run.sources; one, the
+	// Sources is each tensor of the batches (run.config.sources; one, the
 	// image, without): its share of the output.
 	Sources []SourceReport `json:"sources,omitempty"`
 	// Sampler is how the boxes were drawn (run.sampler): "uniform" or

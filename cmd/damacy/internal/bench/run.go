@@ -48,50 +48,31 @@ type Options struct {
 }
 
 // pipelineConfig is the pipeline configuration of a scenario's run: its
-// sources (run.sources) in one pipeline, with run.augment.
+// sources (run.config.sources) in one pipeline, with run.augment.
 func pipelineConfig(sc *Scenario) pipeline.Config {
 	r := &sc.Run
-	shape := make([]int, len(r.SampleShape))
-	for i, n := range r.SampleShape {
-		shape[i] = int(n)
-	}
+	c := r.Config
+	c.SampleShape = slices.Clone(r.Config.SampleShape)
 	srcs := sc.sources()
-	var sources []pipeline.Source
-	if len(r.Sources) > 0 {
+	c.Sources = nil
+	if len(r.Config.Sources) > 0 {
 		for _, s := range srcs {
-			sources = append(sources, s.pipelineSource())
+			c.Sources = append(c.Sources, s.pipelineSource())
 		}
 	}
-	dev, _ := base.EngineDevice(r.Engine)
-	mapped, _ := MappedFileBytes(r.MappedFiles)
-	return pipeline.Config{
-		BatchSize:         r.BatchSize,
-		SampleShape:       shape,
-		Dtype:             srcs[0].dtype,
-		Sources:           sources,
-		Augment:           sc.augmentFor(srcs[0].axes, sc.intensitySources()),
-		HostBufferBytes:   int64(r.HostBuffer),
-		DeviceBufferBytes: int64(r.DeviceBuffer),
-		LookaheadBatches:  r.Lookahead,
-		IOThreads:         r.IOThreads,
-		IOConcurrency:     r.IOConcurrency,
-		RemoteGapBytes:    int64(r.RemoteGap),
-		RemoteSpanBytes:   int64(r.RemoteSpan),
-		MaxGPUMemoryBytes: int64(r.GPUCap),
-		ChunkCacheBytes:   int64(r.ChunkCache),
-		MappedFileBytes:   mapped,
-		BatchSlots:        r.BatchSlots,
-		Device:            dev,
-	}
+	c.Dtype = srcs[0].dtype
+	c.Augment = sc.augmentFor(srcs[0].axes, sc.intensitySources())
+	c.Device, _ = base.EngineDevice(r.Engine)
+	return c
 }
 
 // apartConfigs is one pipeline configuration per source of the run, each
 // reading its source alone (boxSet.project gives its samples) as
-// pipelineConfig's pipeline reads it: its
-// own sample shape (the image axes it reads), buffers and share of
-// run.gpu_cap (the pipeline gives each of n sources 1/n of it), and
-// run.augment over its axes (the same draws, so the same geometry per
-// sample), with the intensity transform only where it applies to it.
+// pipelineConfig's pipeline reads it: its own sample shape (the image axes
+// it reads), buffers and share of run.config.max_gpu_memory_bytes (the
+// pipeline gives each of n sources 1/n of it), and run.augment over its
+// axes (the same draws, so the same geometry per sample), with the
+// intensity transform only where it applies to it.
 func apartConfigs(sc *Scenario) []pipeline.Config {
 	one := pipelineConfig(sc)
 	srcs := sc.sources()
@@ -124,8 +105,8 @@ func apartConfigs(sc *Scenario) []pipeline.Config {
 // ioThreads is the number of readers the run had: the scenario's, or the
 // pipeline's documented default.
 func ioThreads(sc *Scenario) int {
-	if sc.Run.IOThreads > 0 {
-		return sc.Run.IOThreads
+	if sc.Run.Config.IOThreads > 0 {
+		return sc.Run.Config.IOThreads
 	}
 	return min(max(runtime.NumCPU(), 4), 64)
 }
@@ -164,14 +145,14 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 	}
 	compare := (o.Compare || sc.Run.Compare) && sc.Comparable()
 	if o.Compare && !sc.Comparable() {
-		return nil, fmt.Errorf("--compare: scenario %s has neither run.augment nor several run.sources: nothing to compare", sc.Name)
+		return nil, fmt.Errorf("--compare: scenario %s has neither run.augment nor several run.config.sources: nothing to compare", sc.Name)
 	}
 	rep := &Report{
 		Scenario: sc.Name, Description: sc.Description, Date: time.Now().UTC().Truncate(time.Second),
 		Host:       Host{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
 		DatasetDir: remote.Redact(bs.DatasetDir), Data: bs.source(sc), Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
-		Dtype: bs.Dtype, BatchSize: sc.Run.BatchSize, SampleShape: sc.Run.SampleShape,
-		Warmup: sc.Run.Warmup, HoldMS: sc.Run.HoldMS, Keep: sc.Run.Keep, BatchSlots: sc.Run.BatchSlots, ChunkCache: int64(sc.Run.ChunkCache), Duration: o.Duration,
+		Dtype: bs.Dtype, BatchSize: sc.Run.Config.BatchSize, SampleShape: sc.Run.shape(),
+		Warmup: sc.Run.Warmup, HoldMS: sc.Run.HoldMS, Keep: sc.Run.Keep, BatchSlots: sc.Run.Config.BatchSlots, ChunkCache: int64(sc.Run.Config.ChunkCacheBytes), Duration: o.Duration,
 		Sampler: bs.Sampler, Augment: sc.Run.Augment,
 	}
 	if sc.array != nil {

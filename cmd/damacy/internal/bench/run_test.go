@@ -51,10 +51,10 @@ func TestRunSmoke(t *testing.T) {
 		t.Errorf("bench did not report generating the dataset: %q", errs)
 	}
 	c := rep.Stats.Counters
-	samples := int64(sc.Run.Batches * sc.Run.BatchSize)
+	samples := int64(sc.Run.Batches * sc.Run.Config.BatchSize)
 	perSample := int64(4)
-	for _, n := range sc.Run.SampleShape {
-		perSample *= n
+	for _, n := range sc.Run.Config.SampleShape {
+		perSample *= int64(n)
 	}
 	switch {
 	case rep.Engine != "host" || rep.Device != "cpu":
@@ -135,7 +135,7 @@ func TestRunSmoke(t *testing.T) {
 	if err := strictJSON(b, &bs); err != nil {
 		t.Fatal(err)
 	}
-	if len(bs.Samples) != (sc.Run.Warmup+sc.Run.Batches)*sc.Run.BatchSize || bs.Dtype != "float32" || !filepath.IsAbs(bs.DatasetDir) {
+	if len(bs.Samples) != (sc.Run.Warmup+sc.Run.Batches)*sc.Run.Config.BatchSize || bs.Dtype != "float32" || !filepath.IsAbs(bs.DatasetDir) {
 		t.Errorf("boxes file: %d samples, dtype %q, dir %q", len(bs.Samples), bs.Dtype, bs.DatasetDir)
 	}
 

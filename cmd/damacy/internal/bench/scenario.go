@@ -10,7 +10,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -57,43 +56,31 @@ type DatasetSpec struct {
 	Labels *LabelSpec `json:"labels,omitempty"`
 }
 
-// RunSpec says how a benchmark reads the dataset.
+// RunSpec says how a benchmark reads the dataset: the pipeline's
+// configuration (run.config, decoded by pipeline.DecodeConfig, so spelled
+// as damacy serve's hello spells it) and the bench's own settings beside it.
 type RunSpec struct {
+	// Config is run.config: batch_size, sample_shape, dtype, sources,
+	// n_io_threads, the *_bytes budgets, ... (pipeline.Config's JSON
+	// names). The bench sets what is not data (Device, Remote, Trace).
+	Config pipeline.Config `json:"-"`
+
 	// Boxes is how the boxes are chosen: BoxesRandom ("" too) or
 	// BoxesChunks.
-	Boxes        string   `json:"boxes,omitempty"`
-	BatchSize    int      `json:"batch_size"`
-	SampleShape  []int64  `json:"sample_shape"`
-	Batches      int      `json:"batches"`
-	Warmup       int      `json:"warmup"`
-	Dtype        string   `json:"dtype,omitempty"`
-	Lookahead    int      `json:"lookahead_batches,omitempty"`
-	IOThreads    int      `json:"io_threads,omitempty"`
-	GPUCap       ByteSize `json:"gpu_cap,omitempty"`
-	HostBuffer   ByteSize `json:"host_buffer,omitempty"`
-	DeviceBuffer ByteSize `json:"device_buffer,omitempty"`
-	HoldMS       int      `json:"hold_ms,omitempty"`
-	Keep         bool     `json:"keep,omitempty"`
-	BatchSlots   int      `json:"batch_slots,omitempty"`
-	Engine       string   `json:"engine,omitempty"`
-	Seed         uint64   `json:"seed"`
-	ChunkCache   ByteSize `json:"chunk_cache,omitempty"`
-	Epochs       int      `json:"epochs,omitempty"`
-	MappedFiles  string   `json:"mapped_files,omitempty"`
+	Boxes   string `json:"boxes,omitempty"`
+	Batches int    `json:"batches"`
+	Warmup  int    `json:"warmup"`
+	HoldMS  int    `json:"hold_ms,omitempty"`
+	Keep    bool   `json:"keep,omitempty"`
+	Engine  string `json:"engine,omitempty"`
+	Seed    uint64 `json:"seed"`
+	Epochs  int    `json:"epochs,omitempty"`
 
-	// IOConcurrency bounds the requests in flight to a remote dataset.
-	IOConcurrency int `json:"io_concurrency,omitempty"`
-	// RemoteGap and RemoteSpan say how a remote dataset's reads merge into
-	// GETs (pipeline.Config.RemoteGapBytes, RemoteSpanBytes); 0: the
-	// defaults.
-	RemoteGap  ByteSize `json:"remote_gap,omitempty"`
-	RemoteSpan ByteSize `json:"remote_span,omitempty"`
-
-	// Sources, when set, gives each batch one tensor per source.
-	Sources []SourceSpec `json:"sources,omitempty"`
 	// Sampler says how boxes are drawn; nil: uniformly.
 	Sampler *SamplerSpec `json:"sampler,omitempty"`
-	// Augment, when set, transforms every sample as it is assembled.
+	// Augment, when set, transforms every sample as it is assembled. Its
+	// axes are named as the image's, so it stays the bench's (run.augment,
+	// beside run.config; run.config.augment is refused).
 	Augment *AugmentSpec `json:"augment,omitempty"`
 	// Compare measures the comparisons (see CompareReport) in every run.
 	Compare bool `json:"compare,omitempty"`
@@ -173,7 +160,7 @@ func (b *ByteSize) Set(s string) error {
 	return nil
 }
 
-// MappedFileBytes resolves run.mapped_files into Config.MappedFileBytes:
+// MappedFileBytes resolves --mapped-files into Config.MappedFileBytes:
 // "" or auto 0 (the pipeline's default), off -1, else a size.
 func MappedFileBytes(v string) (int64, error) {
 	switch v {
@@ -275,8 +262,8 @@ func parseScenario(file string, b []byte) (*Scenario, error) {
 	if err := decodeNested(file, "run", top.Run); err != nil {
 		return nil, err
 	}
-	if err := strictDecode(top.Run, &sc.Run); err != nil {
-		return nil, jsonFieldError(file, "run", top.Run, err)
+	if err := decodeRun(file, top.Run, &sc.Run); err != nil {
+		return nil, err
 	}
 	if err := sc.validate(); err != nil {
 		var se *ScenarioError
@@ -288,9 +275,53 @@ func parseScenario(file string, b []byte) (*Scenario, error) {
 	return sc, nil
 }
 
+// decodeRun decodes the run section: run.config by pipeline.DecodeConfig,
+// the bench's own fields beside it strictly.
+func decodeRun(file string, b []byte, r *RunSpec) error {
+	var fields map[string]json.RawMessage
+	if err := strictDecode(b, &fields); err != nil || fields == nil {
+		if err == nil {
+			err = errors.New("want an object")
+		}
+		return jsonFieldError(file, "run", b, err)
+	}
+	raw, ok := fields["config"]
+	if !ok {
+		return &ScenarioError{file, "run.config", "missing (the pipeline's configuration: batch_size, sample_shape, dtype, ...)"}
+	}
+	cfg, err := pipeline.DecodeConfig(raw)
+	if err != nil {
+		return &ScenarioError{File: file, Msg: configErrorText(err)}
+	}
+	delete(fields, "config")
+	rest, err := json.Marshal(fields)
+	if err != nil {
+		return &ScenarioError{file, "run", err.Error()}
+	}
+	if err := strictDecode(rest, r); err != nil {
+		return jsonFieldError(file, "run", rest, err)
+	}
+	r.Config = cfg
+	return nil
+}
+
+// configErrorText is pipeline.DecodeConfig's error with its paths
+// ("config.sources[1].dtype") as the scenario's ("run.config.sources[1].dtype").
+func configErrorText(err error) string {
+	msg := err.Error()
+	var pe *pipeline.Error
+	if errors.As(err, &pe) && pe.Err != nil {
+		msg = pe.Err.Error()
+	}
+	if strings.HasPrefix(msg, "config") {
+		msg = "run." + msg
+	}
+	return strings.ReplaceAll(msg, " in config", " in run.config")
+}
+
 // decodeNested decodes the objects nested in a section (dataset.labels,
-// run.sources[i], run.sampler, run.augment and its lists) on their own,
-// so that an error inside one names it ("run.sources[1].dtype"), not the
+// run.sampler, run.augment and its lists) on their own, so that an error
+// inside one names it ("run.augment.flip[1].axis"), not the
 // section. A section that is not an object is left to the section's
 // decoding, which reports it.
 func decodeNested(file, section string, b []byte) error {
@@ -322,11 +353,6 @@ func decodeNested(file, section string, b []byte) error {
 			return one("dataset.labels", raw, new(LabelSpec))
 		}
 	case "run":
-		if raw, ok := fields["sources"]; ok {
-			if err := list("run.sources", raw, func() any { return new(SourceSpec) }); err != nil {
-				return err
-			}
-		}
 		if raw, ok := fields["sampler"]; ok {
 			if err := one("run.sampler", raw, new(SamplerSpec)); err != nil {
 				return err
@@ -415,8 +441,6 @@ func probeField(section, key string, raw json.RawMessage) error {
 	switch {
 	case section == "dataset" && (key == "dtype" || key == "codec"):
 		v = new(NameList)
-	case strings.HasPrefix(section, "run") && slices.Contains([]string{"gpu_cap", "host_buffer", "device_buffer", "chunk_cache"}, key):
-		v = new(ByteSize)
 	default:
 		return nil
 	}
@@ -444,4 +468,22 @@ func lineCol(b []byte, off int64) (line, col int) {
 	line = 1 + bytes.Count(b[:off], []byte("\n"))
 	col = int(off) - bytes.LastIndexByte(b[:off], '\n')
 	return line, col
+}
+
+// shape returns run.config.sample_shape as the dataset's shapes are
+// spelled.
+func (r *RunSpec) shape() []int64 {
+	s := make([]int64, len(r.Config.SampleShape))
+	for i, n := range r.Config.SampleShape {
+		s[i] = int64(n)
+	}
+	return s
+}
+
+// setShape sets run.config.sample_shape.
+func (r *RunSpec) setShape(s []int64) {
+	r.Config.SampleShape = make([]int, len(s))
+	for i, n := range s {
+		r.Config.SampleShape[i] = int(n)
+	}
 }

@@ -50,6 +50,55 @@ errors, and every value is checked; a message names the field at fault.
       }
     },
     "run": {
+      "config": {                    the pipeline's configuration, as
+                                     pipeline.DecodeConfig reads it (the
+                                     same names as damacy serve's hello;
+                                     sizes are bytes or a string with B,
+                                     KiB, MiB, GiB, KB, MB, GB); its ranges
+                                     are checked when the pipeline starts
+        "batch_size": 128,           samples per batch
+        "sample_shape": [128,128,128], box extent per axis (chunks: the
+                                     grid's chunk shape; may be omitted)
+        "dtype": "f32",              output: f32 (the default) or bf16
+                                     (with sources: omit it, or give
+                                     sources[0]'s)
+        "lookahead_batches": 4,      batches planned ahead (2..64); damacy's
+                                     lookahead of 512 samples at 128 per
+                                     batch is 4
+        "n_io_threads": 16,          concurrent readers (0: the default)
+        "io_concurrency": 64,        object-store requests in flight when
+                                     the dataset is remote (--data s3://...);
+                                     0: the default, 64
+        "remote_gap_bytes": "256KiB", the largest gap between two chunks
+                                     of one object that one GET bridges
+                                     (0: the default, 256 KiB)
+        "remote_span_bytes": "8MiB", the most one GET spans, gaps
+                                     included (0: the default, 8 MiB)
+        "max_gpu_memory_bytes": "6GiB", device memory cap; 0: none
+        "host_buffer_bytes": "1GiB", staging memory (0: the default)
+        "device_buffer_bytes": "1GiB", decoded-chunk memory (0: the
+                                     default)
+        "chunk_cache_bytes": "256MiB", a chunk cache of this size (decoded
+                                     chunks kept across batches; 0: none)
+        "mapped_file_bytes": "auto", local files the engine may keep
+                                     mapped, to read chunks from in place:
+                                     auto (0, the default), off (-1), or a
+                                     size
+        "batch_slots": 0,            batch slots (0: the default)
+        "sources": [                 optional: one tensor per source in
+                                     each batch, every one read with the
+                                     sample's box (pipeline.Source)
+          {"name": "image",          the first is the image the boxes
+           "dtype": "bf16"},         are drawn in (f32 or bf16)
+          {"name": "label",
+           "label": "cells",         dataset.labels' image, its axes
+                                     matched to the image's by name
+           "dtype": "u8",            f32, bf16, or u8, i32, i64 (labels)
+           "host_buffer_bytes": "768MiB",   this source's staging and
+           "device_buffer_bytes": "512MiB"} decoded-chunk memory (0: the
+                                     run's)
+        ]
+      },
       "boxes": "random",             random (the default): boxes drawn by
                                      the sampler (run.sampler); chunks:
                                      every chunk once, one box per chunk
@@ -57,9 +106,6 @@ errors, and every value is checked; a message names the field at fault.
                                      of a sharded array), array after
                                      array, in C order of the grid, as
                                      zarr_benchmarks' read-chunks method
-      "batch_size": 128,             samples per batch
-      "sample_shape": [128,128,128], box extent per axis (chunks: the
-                                     grid's chunk shape; may be omitted)
       "batches": 100,                measured batches (chunks: 0 or
                                      omitted for every chunk, the last
                                      batch ragged; else the pass stops
@@ -67,31 +113,6 @@ errors, and every value is checked; a message names the field at fault.
       "warmup": 10,                  batches popped before the stats reset
                                      (chunks: the pass's first chunks,
                                      read again by the pass)
-      "dtype": "f32",                output: f32 or bf16 (with sources:
-                                     omit it, or give sources[0]'s)
-      "lookahead_batches": 4,        batches planned ahead (2..64); damacy's
-                                     lookahead of 512 samples at 128 per
-                                     batch is 4
-      "io_threads": 16,              concurrent readers (0: the default)
-      "io_concurrency": 64,          object-store requests in flight when
-                                     the dataset is remote (--data s3://...);
-                                     0: the default, 64
-      "remote_gap": "256KiB",        the largest gap between two chunks
-                                     of one object that one GET bridges
-                                     (0: the default, 256 KiB)
-      "remote_span": "8MiB",         the most one GET spans, gaps
-                                     included (0: the default, 8 MiB)
-      "gpu_cap": "6GiB",             device memory cap (bytes or a string
-                                     with B, KiB, MiB, GiB, KB, MB, GB);
-                                     0: none
-      "host_buffer": "1GiB",         staging memory (0: the default)
-      "device_buffer": "1GiB",       decoded-chunk memory (0: the default)
-      "chunk_cache": "256MiB",       a chunk cache of this size (decoded
-                                     chunks kept across batches; 0: none)
-      "mapped_files": "auto",        local files the engine may keep
-                                     mapped, to read chunks from in place
-                                     (Config.MappedFileBytes): auto (the
-                                     default), off, or a size
       "epochs": 3,                   read the measured batches' boxes this
                                      many times, each epoch after the first
                                      in another order; the report gives
@@ -101,21 +122,8 @@ errors, and every value is checked; a message names the field at fault.
                                      the next one is popped, as a training
                                      loop keeps its tensor until its next
                                      step (--keep)
-      "batch_slots": 0,              batch slots (0: the default)
       "engine": "auto",              auto, host, cuda or cuda:N
       "seed": 1,                     box seed: same seed, same boxes
-      "sources": [                   optional: one tensor per source in
-                                     each batch, every one read with the
-                                     sample's box (pipeline.Source)
-        {"name": "image",            the first is the image the boxes
-         "dtype": "bf16"},           are drawn in (f32 or bf16)
-        {"name": "label",
-         "label": "cells",           dataset.labels' image, its axes
-                                     matched to the image's by name
-         "dtype": "u8",              f32, bf16, or u8, i32, i64 (labels)
-         "host_buffer": "768MiB",    this source's staging and decoded-
-         "device_buffer": "512MiB"}  chunk memory (0: run's)
-      ],
       "sampler": {                   how boxes are drawn (omitted: uniform)
         "kind": "foreground",        uniform, or foreground: a share of
                                      the boxes centred on a voxel of the
@@ -124,7 +132,10 @@ errors, and every value is checked; a message names the field at fault.
         "fraction": 0.67             that share (0: 0.5)
       },
       "augment": {                   optional: pipeline.Augment, axes
-                                     named as the image's (t, c, z, y, x)
+                                     named as the image's (t, c, z, y, x);
+                                     the bench's, beside run.config (not
+                                     run.config.augment, whose axes are
+                                     numbers)
         "seed": 1,                   the draws' seed
         "flip": [{"axis": "x", "p": 0.5}],
         "rot90": [{"axes": ["y", "x"], "p": 0.5}],

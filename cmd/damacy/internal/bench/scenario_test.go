@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/damacy-go/damacy/pipeline"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -14,8 +15,9 @@ const validScenario = `{
   "name": "t",
   "dataset": {"arrays": 2, "shape": [16, 64, 64], "chunk": [8, 32, 32], "shard": [16, 64, 64],
               "dtype": "uint16", "codec": "zstd", "level": 3, "entropy": 0.5, "seed": 1},
-  "run": {"batch_size": 2, "sample_shape": [8, 32, 32], "batches": 2, "warmup": 1, "dtype": "f32",
-          "lookahead_batches": 2, "io_threads": 2, "gpu_cap": "64MiB", "hold_ms": 0, "engine": "host", "seed": 1}
+  "run": {"config": {"batch_size": 2, "sample_shape": [8, 32, 32], "dtype": "f32",
+                     "lookahead_batches": 2, "n_io_threads": 2, "max_gpu_memory_bytes": "64MiB"},
+          "batches": 2, "warmup": 1, "hold_ms": 0, "engine": "host", "seed": 1}
 }`
 
 type badScenarioTest struct {
@@ -26,7 +28,11 @@ type badScenarioTest struct {
 var badScenarioTests = []badScenarioTest{
 	{`"name": "t",`, `"name": "t", "nmae": 1,`, `nmae: unknown field`},
 	{`"arrays": 2,`, `"arrays": 2, "chunks": [1],`, `dataset.chunks: unknown field`},
-	{`"batch_size": 2,`, `"batch_size": 2, "batchsize": 2,`, `run.batchsize: unknown field`},
+	{`"batches": 2,`, `"batches": 2, "batchsize": 2,`, `run.batchsize: unknown field`},
+	{`"batch_size": 2,`, `"batch_size": 2, "batchsize": 2,`, `unknown keys in run.config: batchsize`},
+	{`"config": {`, `"io_threads": 2, "config": {`, `run.io_threads: unknown field`},
+	{`"config": {"batch_size": 2, "sample_shape": [8, 32, 32], "dtype": "f32",
+                     "lookahead_batches": 2, "n_io_threads": 2, "max_gpu_memory_bytes": "64MiB"},`, ``, `run.config: missing`},
 	{`"arrays": 2,`, `"arrays": "2",`, `dataset.arrays: cannot use a JSON string here (want an integer)`},
 	{`"batches": 2,`, `"batches": 2.5,`, `run.batches: cannot use a JSON number 2.5 here (want an integer)`},
 	{`"shape": [16, 64, 64]`, `"shape": [16, 64, "x"]`, `dataset.shape`},
@@ -44,25 +50,24 @@ var badScenarioTests = []badScenarioTest{
 	{`"level": 3,`, `"level": 3, "shuffle": "byte",`, `dataset.shuffle: applies to blosc codecs only`},
 	{`"codec": "zstd"`, `"codec": "blosc-lz4", "shuffle": "bytes"`, `dataset.shuffle: "bytes": want none, byte or bit`},
 	{`"entropy": 0.5`, `"entropy": -0.1`, `dataset.entropy: -0.1: must be in [0, 1]`},
-	{`"batch_size": 2,`, `"batch_size": 0,`, `run.batch_size: 0: must be in 1..1048576`},
-	{`"sample_shape": [8, 32, 32]`, `"sample_shape": [8, 32]`, `run.sample_shape: has 2 axes; dataset.shape has 3`},
-	{`"sample_shape": [8, 32, 32]`, `"sample_shape": [8, 32, 65]`, `run.sample_shape[2]: 65 is larger than dataset.shape[2] = 64`},
+	{`"batch_size": 2,`, `"batch_size": 0,`, `run.config.batch_size: 0: must be positive`},
+	{`"sample_shape": [8, 32, 32]`, `"sample_shape": [8, 32]`, `run.config.sample_shape: has 2 axes; dataset.shape has 3`},
+	{`"sample_shape": [8, 32, 32]`, `"sample_shape": [8, 32, 65]`, `run.config.sample_shape[2]: 65 is larger than dataset.shape[2] = 64`},
 	{`"batches": 2,`, `"batches": 0,`, `run.batches: 0: must be at least 1`},
 	{`"warmup": 1,`, `"warmup": -1,`, `run.warmup: -1: must not be negative`},
-	{`"dtype": "f32"`, `"dtype": "f16"`, `run.dtype: "f16": want f32 or bf16`},
-	{`"lookahead_batches": 2,`, `"lookahead_batches": 1,`, `run.lookahead_batches: 1: must be in 2..64`},
-	{`"io_threads": 2,`, `"io_threads": -3,`, `run.io_threads: -3: must be in 0..1024`},
-	{`"gpu_cap": "64MiB"`, `"gpu_cap": "64 bananas"`, `run.gpu_cap: "64 bananas" is not a size`},
-	{`"gpu_cap": "64MiB"`, `"gpu_cap": -1`, `run.gpu_cap: -1 is not a byte count`},
+	{`"dtype": "f32"`, `"dtype": "f16"`, `run.config.dtype = "f16"`},
+	{`"dtype": "f32"`, `"dtype": "u8"`, `run.config.dtype: uint8: integer outputs are for label sources`},
+	{`"n_io_threads": 2,`, `"n_io_threads": "2",`, `run.config.n_io_threads = "2"`},
+	{`"max_gpu_memory_bytes": "64MiB"`, `"max_gpu_memory_bytes": "64 bananas"`, `run.config.max_gpu_memory_bytes = "64 bananas"`},
 	{`"hold_ms": 0,`, `"hold_ms": -5,`, `run.hold_ms: -5: must be in 0..600000`},
-	{`"hold_ms": 0,`, `"hold_ms": 0, "chunk_cache": "64KiB",`, `run.chunk_cache: 65.5 kB: must be at least 1 MiB (0: no chunk cache)`},
-	{`"hold_ms": 0,`, `"hold_ms": 0, "chunk_cache": "lots",`, `run.chunk_cache: "lots" is not a size`},
+	{`"n_io_threads": 2,`, `"n_io_threads": 2, "chunk_cache_bytes": "lots",`, `run.config.chunk_cache_bytes = "lots"`},
+	{`"n_io_threads": 2,`, `"n_io_threads": 2, "augment": {"seed": 1},`, `run.config.augment: the bench's augment is run.augment`},
 	{`"hold_ms": 0,`, `"hold_ms": 0, "epochs": -1,`, `run.epochs: -1: must be in 0..1000`},
 	{`"engine": "host"`, `"engine": "tpu"`, `run.engine: "tpu": want auto, host, cuda or cuda:N`},
 	{`"name": "t",`, `"name": "a b",`, `name: "a b": use letters, digits`},
 	{`"name": "t",`, ``, `name: missing`},
 	{`"run": {`, `"nur": {`, `nur: unknown field`},
-	{`"warmup": 1,`, `"warmup": 1,,`, `invalid JSON at line 5, column 84`},
+	{`"warmup": 1,`, `"warmup": 1,,`, `invalid JSON at line 7, column 38`},
 	{`"seed": 1}
 }`, `"seed": 1}`, `truncated JSON`},
 }
@@ -120,8 +125,8 @@ func TestBuiltinScenarios(t *testing.T) {
 		Name: "throughput", Description: tp.Description,
 		Dataset: DatasetSpec{Arrays: 16, Shape: []int64{512, 512, 512}, Chunk: []int64{32, 64, 64}, Shard: []int64{256, 256, 512},
 			Dtype: NameList{"uint16"}, Codec: NameList{"zstd"}, Level: 3, Entropy: 0.5, Seed: 1},
-		Run: RunSpec{BatchSize: 128, SampleShape: []int64{128, 128, 128}, Batches: 100, Warmup: 10, Dtype: "f32",
-			Lookahead: 4, IOThreads: 16, GPUCap: 8 << 30, Engine: "auto", Seed: 1},
+		Run: RunSpec{Config: pipeline.Config{BatchSize: 128, SampleShape: []int{128, 128, 128}, Dtype: pipeline.F32,
+			LookaheadBatches: 4, IOThreads: 16, MaxGPUMemoryBytes: 8 << 30}, Batches: 100, Warmup: 10, Engine: "auto", Seed: 1},
 	}
 	if diff := cmp.Diff(wantTP, *tp, cmp.AllowUnexported(Scenario{})); diff != "" {
 		t.Errorf("throughput scenario (-want +got):\n%s", diff)
@@ -133,7 +138,7 @@ func TestBuiltinScenarios(t *testing.T) {
 	wantDef := wantTP
 	wantDef.Name, wantDef.Description = "default", def.Description
 	wantDef.Dataset.Arrays = 8
-	wantDef.Run.Batches, wantDef.Run.Warmup, wantDef.Run.IOThreads = 50, 5, 8
+	wantDef.Run.Batches, wantDef.Run.Warmup, wantDef.Run.Config.IOThreads = 50, 5, 8
 	if diff := cmp.Diff(wantDef, *def, cmp.AllowUnexported(Scenario{})); diff != "" {
 		t.Errorf("default scenario (-want +got):\n%s", diff)
 	}
@@ -165,14 +170,14 @@ func TestDrawBoxes(t *testing.T) {
 	if !cmp.Equal(a, b) {
 		t.Errorf("the same seed drew different boxes")
 	}
-	if len(a) != (sc.Run.Warmup+sc.Run.Batches)*sc.Run.BatchSize {
+	if len(a) != (sc.Run.Warmup+sc.Run.Batches)*sc.Run.Config.BatchSize {
 		t.Errorf("drew %d boxes", len(a))
 	}
 	arrays := map[int]bool{}
 	for _, s := range a {
 		arrays[s.Array] = true
 		for d, r := range s.Box {
-			if r[0] < 0 || r[1] > sc.Dataset.Shape[d] || r[1]-r[0] != sc.Run.SampleShape[d] {
+			if r[0] < 0 || r[1] > sc.Dataset.Shape[d] || r[1]-r[0] != int64(sc.Run.Config.SampleShape[d]) {
 				t.Errorf("box %v is not an in-bounds box of the sample shape", s.Box)
 			}
 		}
@@ -188,7 +193,7 @@ func TestDrawBoxes(t *testing.T) {
 		arrays[s.Array] = true
 		origins[s.Box[0][0]] = true
 	}
-	if len(arrays) != sc.Dataset.Arrays || len(origins) != int(sc.Dataset.Shape[0]-sc.Run.SampleShape[0]+1) {
-		t.Errorf("400 draws hit %d of %d arrays and %d of %d origins", len(arrays), sc.Dataset.Arrays, len(origins), sc.Dataset.Shape[0]-sc.Run.SampleShape[0]+1)
+	if len(arrays) != sc.Dataset.Arrays || len(origins) != int(sc.Dataset.Shape[0]-int64(sc.Run.Config.SampleShape[0])+1) {
+		t.Errorf("400 draws hit %d of %d arrays and %d of %d origins", len(arrays), sc.Dataset.Arrays, len(origins), sc.Dataset.Shape[0]-int64(sc.Run.Config.SampleShape[0])+1)
 	}
 }

@@ -228,18 +228,18 @@ func mean(v []float64) float64 {
 }
 
 // checkLimits adds the soak targets of the CUDA engine: GPU memory
-// committed within run.gpu_cap, and the process's own resident memory
-// within host_buffer (the pinned staging, each source's) plus 256 MiB
+// committed within run.config.max_gpu_memory_bytes, and the process's own resident memory
+// within host_buffer_bytes (the pinned staging, each source's) plus 256 MiB
 // (its pages of mapped files are the page cache, bounded by
 // Config.MappedFileBytes).
 func (r *SoakReport) checkLimits(sc *Scenario, engine string) {
 	if engine != "cuda" {
 		return
 	}
-	if r.GPUCommitted != nil && sc.Run.GPUCap > 0 {
+	if r.GPUCommitted != nil && sc.Run.Config.MaxGPUMemoryBytes > 0 {
 		m := int64(r.GPUCommitted.Max)
-		r.Limits = append(r.Limits, SoakLimit{Name: "gpu committed", Max: m, Limit: int64(sc.Run.GPUCap), Within: m <= int64(sc.Run.GPUCap),
-			Detail: "run.gpu_cap " + sc.Run.GPUCap.String()})
+		r.Limits = append(r.Limits, SoakLimit{Name: "gpu committed", Max: m, Limit: int64(sc.Run.Config.MaxGPUMemoryBytes), Within: m <= int64(sc.Run.Config.MaxGPUMemoryBytes),
+			Detail: "run.config.max_gpu_memory_bytes " + ByteSize(sc.Run.Config.MaxGPUMemoryBytes).String()})
 	}
 	if r.RSS != nil {
 		var hb int64
@@ -247,8 +247,8 @@ func (r *SoakReport) checkLimits(sc *Scenario, engine string) {
 			switch {
 			case src.host > 0:
 				hb += src.host
-			case sc.Run.HostBuffer > 0:
-				hb += int64(sc.Run.HostBuffer)
+			case sc.Run.Config.HostBufferBytes > 0:
+				hb += int64(sc.Run.Config.HostBufferBytes)
 			default:
 				hb += pipeline.DefaultCUDAHostBufferBytes
 			}
@@ -256,7 +256,7 @@ func (r *SoakReport) checkLimits(sc *Scenario, engine string) {
 		limit := hb + 256<<20
 		m := int64(r.RSS.Max)
 		r.Limits = append(r.Limits, SoakLimit{Name: "rss", Max: m, Limit: limit, Within: m <= limit,
-			Detail: "host_buffer " + base.FormatBytes(hb) + " + 256 MiB"})
+			Detail: "host_buffer_bytes " + base.FormatBytes(hb) + " + 256 MiB"})
 	}
 }
 

@@ -9,16 +9,6 @@ import (
 	"github.com/damacy-go/damacy/pipeline"
 )
 
-// SourceSpec is one tensor of every batch (run.sources): the image, or its
-// label image, in an output dtype.
-type SourceSpec struct {
-	Name         string   `json:"name"`
-	Label        string   `json:"label,omitempty"` // dataset.labels.name; empty: the image
-	Dtype        string   `json:"dtype"`
-	HostBuffer   ByteSize `json:"host_buffer,omitempty"`
-	DeviceBuffer ByteSize `json:"device_buffer,omitempty"`
-}
-
 // SamplerSpec is run.sampler: how the boxes are drawn.
 type SamplerSpec struct {
 	Kind string `json:"kind"` // uniform or foreground
@@ -60,7 +50,7 @@ func (a *AugmentSpec) intensity() bool {
 }
 
 // runSource is a source of the run's batches resolved against the
-// dataset; a run without run.sources has one, the image in run.dtype.
+// dataset; a run without run.config.sources has one, the image in run.config.dtype.
 type runSource struct {
 	name   string
 	label  string // dataset.labels.name, or "" for the image
@@ -94,14 +84,12 @@ func (sc *Scenario) sources() []runSource {
 	for i := range all {
 		all[i] = i
 	}
-	if len(sc.Run.Sources) == 0 {
-		dt, _ := pipeline.ParseDtype(sc.Run.Dtype)
-		return []runSource{{name: pipeline.DefaultSourceName, dtype: dt, axes: all}}
+	if len(sc.Run.Config.Sources) == 0 {
+		return []runSource{{name: pipeline.DefaultSourceName, dtype: sc.Run.Config.Dtype, axes: all}}
 	}
 	var out []runSource
-	for _, s := range sc.Run.Sources {
-		dt, _ := pipeline.ParseDtype(s.Dtype)
-		rs := runSource{name: s.Name, label: s.Label, dtype: dt, axes: all, host: int64(s.HostBuffer), device: int64(s.DeviceBuffer)}
+	for _, s := range sc.Run.Config.Sources {
+		rs := runSource{name: s.Name, label: s.Label, dtype: s.Dtype, axes: all, host: s.HostBufferBytes, device: s.DeviceBufferBytes}
 		if s.Label != "" {
 			rs.axes = all[rank-spaceAxes(rank):]
 		}
@@ -169,46 +157,27 @@ func (sc *Scenario) augmentFor(axes []int, intensity []string) *pipeline.Augment
 	return out
 }
 
-// validateSources checks run.sources, run.sampler and run.augment.
+// validateSources checks run.config.sources, run.sampler and run.augment.
 func (r *RunSpec) validateSources(d *DatasetSpec) error {
-	if len(r.Sources) == 0 {
-		if r.Dtype == "" {
-			return fieldErr("run.dtype", "missing (want f32 or bf16)")
-		}
-	}
-	for i, s := range r.Sources {
-		f := fmt.Sprintf("run.sources[%d]", i)
+	for i, s := range r.Config.Sources {
+		f := fmt.Sprintf("run.config.sources[%d]", i)
 		switch {
-		case s.Name == "":
-			return fieldErr(f+".name", "missing")
-		case !validName(s.Name):
+		case s.Name != "" && !validName(s.Name):
 			return fieldErr(f+".name", "%q: use letters, digits, '-', '_' and '.' only", s.Name)
-		case slices.ContainsFunc(r.Sources[:i], func(o SourceSpec) bool { return o.Name == s.Name }):
-			return fieldErr(f+".name", "%q: another source has this name", s.Name)
+		case s.Path != "":
+			return fieldErr(f+".path", "%q: the bench reads the image and its labels (label)", s.Path)
 		case i == 0 && s.Label != "":
 			return fieldErr(f+".label", "%q: the first source is the image the boxes are drawn in; put label sources after it", s.Label)
 		case s.Label != "" && d.Labels == nil:
 			return fieldErr(f+".label", "%q: the dataset has no label images (dataset.labels)", s.Label)
 		case s.Label != "" && s.Label != d.Labels.Name:
 			return fieldErr(f+".label", "%q: the dataset's label images are %q", s.Label, d.Labels.Name)
-		case s.HostBuffer != 0 && s.HostBuffer < 1<<20:
-			return fieldErr(f+".host_buffer", "%v: must be at least 1 MiB (0: run.host_buffer)", s.HostBuffer)
-		case s.DeviceBuffer != 0 && s.DeviceBuffer < 1<<20:
-			return fieldErr(f+".device_buffer", "%v: must be at least 1 MiB (0: run.device_buffer)", s.DeviceBuffer)
-		}
-		dt, err := pipeline.ParseDtype(s.Dtype)
-		if err != nil {
-			return fieldErr(f+".dtype", "%q: want f32, bf16, or for a label u8, i32 or i64", s.Dtype)
-		}
-		if dt.IsInteger() && s.Label == "" {
-			return fieldErr(f+".dtype", "%q: integer outputs are for label sources (the image's are f32 or bf16)", s.Dtype)
+		case s.Dtype.IsInteger() && s.Label == "":
+			return fieldErr(f+".dtype", "%v: integer outputs are for label sources (the image's are f32 or bf16)", s.Dtype)
 		}
 	}
-	if len(r.Sources) > 0 && r.Dtype != "" {
-		want, _ := pipeline.ParseDtype(r.Sources[0].Dtype)
-		if dt, _ := pipeline.ParseDtype(r.Dtype); dt != want {
-			return fieldErr("run.dtype", "%q differs from run.sources[0].dtype %q: omit run.dtype with sources", r.Dtype, r.Sources[0].Dtype)
-		}
+	if len(r.Config.Sources) == 0 && r.Config.Dtype.IsInteger() {
+		return fieldErr("run.config.dtype", "%v: integer outputs are for label sources (the image's are f32 or bf16)", r.Config.Dtype)
 	}
 	if s := r.Sampler; s != nil {
 		switch s.Kind {
@@ -274,7 +243,7 @@ func (r *RunSpec) validateAugment(d *DatasetSpec) error {
 		case len(axes) < 2:
 			return fieldErr(field, "%q: want two or more axes", axes)
 		}
-		var ext int64
+		var ext int
 		for k, name := range axes {
 			x, err := axis(fmt.Sprintf("%s[%d]", field, k), name)
 			if err != nil {
@@ -283,10 +252,10 @@ func (r *RunSpec) validateAugment(d *DatasetSpec) error {
 			if slices.Contains(axes[:k], name) {
 				return fieldErr(field, "%q: axis %q twice", axes, name)
 			}
-			if k > 0 && r.SampleShape[x] != ext {
-				return fieldErr(field, "%q: the sample extents differ (run.sample_shape %v); these transforms need equal extents", axes, r.SampleShape)
+			if k > 0 && r.Config.SampleShape[x] != ext {
+				return fieldErr(field, "%q: the sample extents differ (run.config.sample_shape %v); these transforms need equal extents", axes, r.Config.SampleShape)
 			}
-			ext = r.SampleShape[x]
+			ext = r.Config.SampleShape[x]
 		}
 		return nil
 	}

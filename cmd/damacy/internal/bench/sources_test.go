@@ -19,13 +19,15 @@ const segScenario = `{
   "dataset": {"arrays": 2, "shape": [1, 16, 64, 64], "chunk": [1, 8, 32, 32], "shard": [1, 16, 64, 64],
               "dtype": "uint16", "codec": "zstd", "level": 3, "entropy": 0.5, "seed": 1,
               "labels": {"name": "cells", "dtype": "uint8", "chunk": [8, 32, 32], "shard": [16, 64, 64], "codec": "zstd", "foreground": 0.1}},
-  "run": {"batch_size": 2, "sample_shape": [1, 8, 32, 32], "batches": 3, "warmup": 1,
-          "sources": [{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}],
+  "run": {"config": {"batch_size": 2, "sample_shape": [1, 8, 32, 32],
+                     "sources": [{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}],
+                     "lookahead_batches": 2, "n_io_threads": 2, "max_gpu_memory_bytes": "2GiB",
+                     "host_buffer_bytes": "64MiB", "device_buffer_bytes": "64MiB"},
+          "batches": 3, "warmup": 1,
           "sampler": {"kind": "foreground", "fraction": 0.67},
           "augment": {"seed": 1, "flip": [{"axis": "z", "p": 0.5}, {"axis": "y", "p": 0.5}, {"axis": "x", "p": 0.5}],
                       "rot90": [{"axes": ["y", "x"], "p": 0.5}], "mean": 16384, "std": 21000},
-          "compare": true, "lookahead_batches": 2, "io_threads": 2, "gpu_cap": "2GiB",
-          "host_buffer": "64MiB", "device_buffer": "64MiB", "engine": "host", "seed": 1}
+          "compare": true, "engine": "host", "seed": 1}
 }`
 
 var badSegScenarioTests = []badScenarioTest{
@@ -41,16 +43,14 @@ var badSegScenarioTests = []badScenarioTest{
 	{`"foreground": 0.1`, `"foreground": 0`, `dataset.labels.foreground: 0: must be in (0, 0.9]`},
 	{`"foreground": 0.1`, `"foreground": 0.1, "colour": 1`, `dataset.labels.colour: unknown field`},
 	{`"foreground": 0.1`, `"foreground": "lots"`, `dataset.labels.foreground: cannot use a JSON string here (want a number)`},
-	{`{"name": "image", "dtype": "bf16"}`, `{"name": "", "dtype": "bf16"}`, `run.sources[0].name: missing`},
-	{`{"name": "image", "dtype": "bf16"}`, `{"name": "label", "dtype": "bf16"}`, `run.sources[1].name: "label": another source has this name`},
-	{`{"name": "image", "dtype": "bf16"}`, `{"name": "image", "dtype": "f16"}`, `run.sources[0].dtype: "f16": want f32, bf16`},
-	{`{"name": "image", "dtype": "bf16"}`, `{"name": "image", "dtype": "u8"}`, `run.sources[0].dtype: "u8": integer outputs are for label sources`},
-	{`{"name": "image", "dtype": "bf16"}`, `{"name": "image", "label": "cells", "dtype": "bf16"}`, `run.sources[0].label: "cells": the first source is the image`},
-	{`"label": "cells", "dtype": "u8"`, `"label": "nuclei", "dtype": "u8"`, `run.sources[1].label: "nuclei": the dataset's label images are "cells"`},
-	{`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "u8", "host_buffer": "1KiB"`, `run.sources[1].host_buffer: 1.0 kB: must be at least 1 MiB`},
-	{`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "u8", "device_buffer": "lots"`, `run.sources[1].device_buffer: "lots" is not a size`},
-	{`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "u8", "hostbuf": 1`, `run.sources[1].hostbuf: unknown field`},
-	{`"batch_size": 2,`, `"batch_size": 2, "dtype": "f32",`, `run.dtype: "f32" differs from run.sources[0].dtype "bf16"`},
+	{`{"name": "image", "dtype": "bf16"}`, `{"name": "a b", "dtype": "bf16"}`, `run.config.sources[0].name: "a b": use letters`},
+	{`{"name": "image", "dtype": "bf16"}`, `{"name": "image", "dtype": "f16"}`, `run.config.sources[0].dtype = "f16"`},
+	{`{"name": "image", "dtype": "bf16"}`, `{"name": "image", "dtype": "u8"}`, `run.config.sources[0].dtype: uint8: integer outputs are for label sources`},
+	{`{"name": "image", "dtype": "bf16"}`, `{"name": "image", "label": "cells", "dtype": "bf16"}`, `run.config.sources[0].label: "cells": the first source is the image`},
+	{`"label": "cells", "dtype": "u8"`, `"label": "nuclei", "dtype": "u8"`, `run.config.sources[1].label: "nuclei": the dataset's label images are "cells"`},
+	{`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "u8", "path": "x"`, `run.config.sources[1].path: "x": the bench reads the image and its labels`},
+	{`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "u8", "device_buffer_bytes": "lots"`, `run.config.sources[1].device_buffer_bytes = "lots"`},
+	{`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "u8", "hostbuf": 1`, `unknown keys in run.config.sources[1]: hostbuf`},
 	{`"kind": "foreground"`, `"kind": "grid"`, `run.sampler.kind: "grid": want uniform or foreground`},
 	{`"fraction": 0.67`, `"fraction": 1.5`, `run.sampler.fraction: 1.5: must be in (0, 1]`},
 	{`"kind": "foreground", "fraction": 0.67`, `"kind": "uniform", "fraction": 0.67`, `run.sampler.fraction: is for the foreground sampler`},
@@ -96,7 +96,7 @@ func TestBadSegScenarios(t *testing.T) {
 	}
 	// Without labels, a label source or the foreground sampler has none to read.
 	for _, tt := range []struct{ old, new, want string }{
-		{`{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}`, `{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}`, `run.sources[1].label: "cells": the dataset has no label images`},
+		{`{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}`, `{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}`, `run.config.sources[1].label: "cells": the dataset has no label images`},
 		{`"sources": [{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}],`, `"dtype": "bf16",`, `run.sampler.kind: foreground needs label images`},
 	} {
 		doc := strings.Replace(strings.Replace(segScenario, tt.old, tt.new, 1), `,

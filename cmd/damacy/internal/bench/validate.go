@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
-	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
 	"github.com/damacy-go/damacy/zarr/remote"
@@ -276,18 +275,23 @@ func ngffAxes(rank int) []writer.Axis {
 }
 
 func (r *RunSpec) validate(d *DatasetSpec) error {
-	if r.BatchSize < 1 || r.BatchSize > 1<<20 {
-		return fieldErr("run.batch_size", "%d: must be in 1..1048576", r.BatchSize)
+	// run.config's ranges are the pipeline's to check (pipeline.New); here
+	// only what the bench needs and what depends on the dataset.
+	if r.Config.BatchSize < 1 {
+		return fieldErr("run.config.batch_size", "%d: must be positive (the bench draws batch_size boxes a batch)", r.Config.BatchSize)
+	}
+	if r.Config.Augment != nil {
+		return fieldErr("run.config.augment", "the bench's augment is run.augment (axes named as the image's)")
 	}
 	if err := r.validateBoxes(d); err != nil {
 		return err
 	}
-	if err := checkShape("run.sample_shape", r.SampleShape, len(d.Shape)); err != nil {
+	if err := checkShape("run.config.sample_shape", r.shape(), len(d.Shape)); err != nil {
 		return err
 	}
-	for i, n := range r.SampleShape {
+	for i, n := range r.shape() {
 		if n > d.Shape[i] && !r.chunked() { // a chunk may be larger than its array
-			return fieldErr(fmt.Sprintf("run.sample_shape[%d]", i), "%d is larger than dataset.shape[%d] = %d (boxes are drawn inside the arrays)", n, i, d.Shape[i])
+			return fieldErr(fmt.Sprintf("run.config.sample_shape[%d]", i), "%d is larger than dataset.shape[%d] = %d (boxes are drawn inside the arrays)", n, i, d.Shape[i])
 		}
 	}
 	if r.Batches < 1 {
@@ -296,38 +300,8 @@ func (r *RunSpec) validate(d *DatasetSpec) error {
 	if r.Warmup < 0 {
 		return fieldErr("run.warmup", "%d: must not be negative", r.Warmup)
 	}
-	if dt, err := pipeline.ParseDtype(r.Dtype); r.Dtype != "" && (err != nil || dt.IsInteger()) {
-		return fieldErr("run.dtype", "%q: want f32 or bf16", r.Dtype)
-	}
 	if err := r.validateSources(d); err != nil {
 		return err
-	}
-	if r.Lookahead != 0 && (r.Lookahead < 2 || r.Lookahead > 64) {
-		return fieldErr("run.lookahead_batches", "%d: must be in 2..64 (0: the default)", r.Lookahead)
-	}
-	if r.IOThreads < 0 || r.IOThreads > 1024 {
-		return fieldErr("run.io_threads", "%d: must be in 0..1024", r.IOThreads)
-	}
-	if r.IOConcurrency < 0 || r.IOConcurrency > 4096 {
-		return fieldErr("run.io_concurrency", "%d: must be in 0..4096", r.IOConcurrency)
-	}
-	if r.RemoteGap < 0 || r.RemoteGap > 1<<30 {
-		return fieldErr("run.remote_gap", "%v: must be in 0..1 GiB (0: the default)", r.RemoteGap)
-	}
-	if r.RemoteSpan < 0 || r.RemoteSpan > 1<<30 {
-		return fieldErr("run.remote_span", "%v: must be in 0..1 GiB (0: the default)", r.RemoteSpan)
-	}
-	if r.HostBuffer != 0 && r.HostBuffer < 1<<20 {
-		return fieldErr("run.host_buffer", "%v: must be at least 1 MiB (0: the default)", r.HostBuffer)
-	}
-	if r.DeviceBuffer != 0 && r.DeviceBuffer < 1<<20 {
-		return fieldErr("run.device_buffer", "%v: must be at least 1 MiB (0: the default)", r.DeviceBuffer)
-	}
-	if r.ChunkCache != 0 && r.ChunkCache < 1<<20 {
-		return fieldErr("run.chunk_cache", "%v: must be at least 1 MiB (0: no chunk cache)", r.ChunkCache)
-	}
-	if _, err := MappedFileBytes(r.MappedFiles); err != nil {
-		return fieldErr("run.mapped_files", "%v", err)
 	}
 	if r.Epochs < 0 || r.Epochs > 1000 {
 		return fieldErr("run.epochs", "%d: must be in 0..1000", r.Epochs)

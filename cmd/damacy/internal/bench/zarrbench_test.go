@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"github.com/damacy-go/damacy/pipeline"
 	"io"
 	"log/slog"
 	"os/exec"
@@ -23,11 +24,11 @@ func smallZarrbench(t *testing.T, name string) *Scenario {
 		t.Fatal(err)
 	}
 	d := &sc.Dataset
-	if d.Values != ValuesZarrBenchmarks || d.Dtype[0] != "uint16" || !sc.Run.chunked() || sc.Run.BatchSize != 4 || sc.Run.Dtype != "f32" {
+	if d.Values != ValuesZarrBenchmarks || d.Dtype[0] != "uint16" || !sc.Run.chunked() || sc.Run.Config.BatchSize != 4 || sc.Run.Config.Dtype != pipeline.F32 {
 		t.Fatalf("%s: dataset %+v, run %+v: not the public benchmark's", name, *d, sc.Run)
 	}
-	if !slices.Equal(d.Shape, []int64{1024, 2048, 2048}) || !slices.Equal(sc.Run.SampleShape, []int64{256, 256, 256}) || sc.Run.Batches != 64 {
-		t.Fatalf("%s: shape %v, boxes %v, %d batches; want 1024x2048x2048, 256^3 boxes, 64 batches of every chunk", name, d.Shape, sc.Run.SampleShape, sc.Run.Batches)
+	if !slices.Equal(d.Shape, []int64{1024, 2048, 2048}) || !slices.Equal(sc.Run.shape(), []int64{256, 256, 256}) || sc.Run.Batches != 64 {
+		t.Fatalf("%s: shape %v, boxes %v, %d batches; want 1024x2048x2048, 256^3 boxes, 64 batches of every chunk", name, d.Shape, sc.Run.Config.SampleShape, sc.Run.Batches)
 	}
 	d.Shape = []int64{64, 128, 256}
 	if d.Shard == nil {
@@ -35,7 +36,7 @@ func smallZarrbench(t *testing.T, name string) *Scenario {
 	} else {
 		d.Shard = []int64{64, 128, 128}
 	}
-	sc.Run.SampleShape, sc.Run.Batches = nil, 0
+	sc.Run.Config.SampleShape, sc.Run.Batches = nil, 0
 	if err := sc.validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ TINY = {
         "labels": {"name": "cells", "dtype": "uint8", "chunk": [16, 32, 32], "shard": [32, 64, 64],
                    "codec": "zstd", "level": 3, "foreground": 0.05},
     },
-    "run": {"batch_size": 2, "sample_shape": [1, 16, 16, 16], "batches": 4, "dtype": "f32"},
+    "run": {"config": {"batch_size": 2, "sample_shape": [1, 16, 16, 16], "dtype": "f32"}, "batches": 4},
 }
 
 
