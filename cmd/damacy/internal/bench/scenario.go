@@ -114,8 +114,8 @@ func (l NameList) MarshalJSON() ([]byte, error) {
 // At returns the name for array i: the list cycled.
 func (l NameList) At(i int) string { return l[i%len(l)] }
 
-// ByteSize is a size in bytes, written in JSON as a number or as a string
-// with a unit ("6GiB", "512MiB", "1.5GB").
+// ByteSize is a size in bytes, a flag given as a number or with a unit
+// ("6GiB", "512MiB", "1.5GB"), printed with one.
 type ByteSize int64
 
 // parseByteSize parses a size as pipeline.ParseByteSize does (the
@@ -123,28 +123,6 @@ type ByteSize int64
 func parseByteSize(s string) (ByteSize, error) {
 	v, err := pipeline.ParseByteSize(s)
 	return ByteSize(v), err
-}
-
-func (b *ByteSize) UnmarshalJSON(data []byte) error {
-	var n json.Number
-	if err := json.Unmarshal(data, &n); err == nil {
-		v, err := strconv.ParseInt(string(n), 10, 64)
-		if err != nil || v < 0 {
-			return fmt.Errorf("%s is not a byte count (want a non-negative integer)", n)
-		}
-		*b = ByteSize(v)
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return errors.New("want a byte count or a string such as \"6GiB\"")
-	}
-	v, err := parseByteSize(s)
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
 }
 
 func (b ByteSize) String() string { return base.FormatBytes(int64(b)) }

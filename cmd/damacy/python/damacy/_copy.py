@@ -74,12 +74,6 @@ class CopyEngine(DeviceEngine):
         self._releaser: Optional[threading.Thread] = None
         self._torn = False
 
-    @property
-    def device_bytes(self) -> int:
-        """Device memory of the batches' buffers, in bytes."""
-        with self._lock:
-            return sum(b.size for b in self._buffers)
-
     def held(self) -> List[Tuple[int, int]]:
         # The server's slots come back by themselves once copied: a
         # consumer never holds one.
