@@ -103,7 +103,7 @@ source weighted by its share of the output.
 ceilings, over the same boxes, as many batches as the run measured after
 the same warm-up, holding batches as the run held them:
 
-  without augment   the run's pipeline without run.augment: the
+  without augment   the run's pipeline without run.config.augment: the
                     augmentation's cost, 100 * (1 - throughput / this)
   one pipeline per  one pipeline per source, each reading its source alone
   source            (its array, its axes of the box, its buffers, 1/n of
@@ -186,7 +186,7 @@ Examples:
 		engine := fs.String("engine", "", "override run.engine: auto, host, cuda or cuda:N")
 		mapped := fs.String("mapped-files", "", "override run.config.mapped_file_bytes: auto, off, or a size")
 		fs.BoolVar(&o.Verify, "verify", false, "check the first batch popped (a warm-up batch when there is one), every tensor, against the reference reader")
-		fs.BoolVar(&o.Compare, "compare", false, "measure the comparisons (run.compare): the same boxes without run.augment, and one pipeline per source")
+		fs.BoolVar(&o.Compare, "compare", false, "measure the comparisons (run.compare): the same boxes without run.config.augment, and one pipeline per source")
 		keep := fs.Bool("keep", false, "override run.keep: keep each batch until the next one is popped, as a training loop keeps its tensor until its next step")
 		slots := fs.Int("batch-slots", 0, "override run.config.batch_slots (0: the scenario's)")
 		fs.DurationVar(&o.Duration, "duration", 0, "stream the measured batches for this long instead of the scenario's count, sampling memory and throughput every second")
@@ -220,7 +220,7 @@ Examples:
 				return err
 			}
 			if o.Compare && !sc.Comparable() {
-				return usagef("--compare: scenario %s has neither run.augment nor several run.config.sources: nothing to compare", sc.Name)
+				return usagef("--compare: scenario %s has neither run.config.augment nor several run.config.sources: nothing to compare", sc.Name)
 			}
 			if *engine != "" {
 				if _, err := base.EngineDevice(*engine); err != nil {

@@ -14,8 +14,8 @@ import (
 // the run's warm-up batches, resets the statistics and times as many
 // batches as the run measured.
 type CompareReport struct {
-	// NoAugment is the run's pipeline without run.augment (run.augment
-	// only).
+	// NoAugment is the run's pipeline without augmentation (its
+	// run.config.augment nil; with run.config.augment only).
 	NoAugment *Comparison `json:"no_augment,omitempty"`
 	// Apart is one pipeline per source, each reading its source alone
 	// (apartConfigs), all at once, one batch popped from each in turn
@@ -39,8 +39,10 @@ type Comparison struct {
 }
 
 // Comparable reports whether the scenario has comparisons to measure:
-// run.augment, or several run.config.sources.
-func (sc *Scenario) Comparable() bool { return sc.Run.Augment != nil || len(sc.Run.Config.Sources) > 1 }
+// run.config.augment, or several run.config.sources.
+func (sc *Scenario) Comparable() bool {
+	return sc.Run.Config.Augment != nil || len(sc.Run.Config.Sources) > 1
+}
 
 // measureComparisons measures the comparisons that apply to the run, whose
 // report rep holds its throughput and measured batches. With o.Verify,
@@ -49,7 +51,7 @@ func measureComparisons(ctx context.Context, e Env, sc *Scenario, bs *boxSet, re
 	cr := new(CompareReport)
 	endless := o.Duration > 0
 	first := bs.Samples[:sc.Run.Config.BatchSize]
-	if sc.Run.Augment != nil {
+	if sc.Run.Config.Augment != nil {
 		cfg := pipelineConfig(sc)
 		cfg.Augment, cfg.Logger = nil, e.Logger
 		bs.remote.route(&cfg)

@@ -43,9 +43,9 @@ func segFile(t *testing.T, dir string, oldnew ...string) *Scenario {
 // noAugment and floatLabel edit segScenario: no transforms, a float
 // label.
 var (
-	noAugment = []string{`
-          "augment": {"seed": 1, "flip": [{"axis": "z", "p": 0.5}, {"axis": "y", "p": 0.5}, {"axis": "x", "p": 0.5}],
-                      "rot90": [{"axes": ["y", "x"], "p": 0.5}], "mean": 16384, "std": 21000},`, ``}
+	noAugment = []string{`,
+                     "augment": {"seed": 1, "flip": [{"axis": 1, "p": 0.5}, {"axis": 2, "p": 0.5}, {"axis": 3, "p": 0.5}],
+                                 "rot90": [{"axes": [2, 3], "p": 0.5}], "mean": 16384, "std": 21000}}`, `}`}
 	floatLabel = []string{`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "f32"`}
 )
 
@@ -178,8 +178,8 @@ func runSegmentation(t *testing.T, engine string, edits []string) {
 		t.Errorf("verified %v, sources %+v, engine %s", rep.Verified, rep.Sources, rep.Engine)
 	}
 	cr := rep.Compare
-	if cr == nil || cr.Apart == nil || !cr.Apart.Verified || cr.Apart.OutputGBps <= 0 || (sc.Run.Augment != nil) != (cr.NoAugment != nil) {
-		t.Fatalf("comparisons %+v; want apart, and without augment when the run has run.augment, verified", cr)
+	if cr == nil || cr.Apart == nil || !cr.Apart.Verified || cr.Apart.OutputGBps <= 0 || (sc.Run.Config.Augment != nil) != (cr.NoAugment != nil) {
+		t.Fatalf("comparisons %+v; want apart, and without augment when the run has run.config.augment, verified", cr)
 	}
 	if na := cr.NoAugment; na != nil && (!na.Verified || na.OutputGBps <= 0 || math.Abs(na.AugmentCostPct-100*(1-na.Ratio)) > 1e-9) {
 		t.Errorf("without augment %+v", na)
@@ -190,7 +190,7 @@ func runSegmentation(t *testing.T, engine string, edits []string) {
 	var text strings.Builder
 	rep.WriteText(&text)
 	want := []string{"one pipeline per source"}
-	if sc.Run.Augment != nil {
+	if sc.Run.Config.Augment != nil {
 		want = append(want, "augment      flip z p=0.5", "rot90 y-x p=0.5", "(v - 16384) / 21000", "augmentation costs")
 	}
 	for _, w := range want {
@@ -208,7 +208,7 @@ func TestCompareNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Run(context.Background(), Env{Stderr: io.Discard}, sc, Options{Compare: true, Data: t.TempDir()})
-	if err == nil || !strings.Contains(err.Error(), "neither run.augment nor several run.config.sources") {
+	if err == nil || !strings.Contains(err.Error(), "neither run.config.augment nor several run.config.sources") {
 		t.Errorf("Run --compare on %s = %v; want nothing to compare", sc.Name, err)
 	}
 }

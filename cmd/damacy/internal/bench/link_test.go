@@ -137,7 +137,7 @@ func TestGETMergeScenario(t *testing.T) {
 		t.Errorf("Config %d / %d; want 0 (the pipeline's defaults)", cfg.RemoteGapBytes, cfg.RemoteSpanBytes)
 	}
 	var r RunSpec
-	if err := decodeRun("t", []byte(`{"config": {"remote_gap_bytes": "1MiB", "remote_span_bytes": 33554432}}`), &r); err != nil {
+	if err := decodeRun("t", []byte(`{"config": {"remote_gap_bytes": "1MiB", "remote_span_bytes": 33554432}}`), &r, len(sc.Dataset.Shape)); err != nil {
 		t.Fatal(err)
 	}
 	sc.Run.Config.RemoteGapBytes, sc.Run.Config.RemoteSpanBytes = r.Config.RemoteGapBytes, r.Config.RemoteSpanBytes

@@ -74,14 +74,14 @@ type Report struct {
 	// Sampler is how the boxes were drawn (run.sampler): "uniform" or
 	// "foreground", with ForegroundShare of them centred on foreground;
 	// or "chunks": every chunk once (run.boxes chunks).
-	Sampler         string       `json:"sampler"`
-	ForegroundShare float64      `json:"foreground_share,omitempty"`
-	Augment         *AugmentSpec `json:"augment,omitempty"` // run.augment
+	Sampler         string         `json:"sampler"`
+	ForegroundShare float64        `json:"foreground_share,omitempty"`
+	Augment         *AugmentReport `json:"augment,omitempty"` // run.config.augment
 	// Compare holds the comparisons (run.compare, --compare).
 	Compare *CompareReport `json:"compare,omitempty"`
 
 	boxBytes   int64                  // of the measured samples, in their source data types
-	transforms [][]pipeline.Transform // per tensor, the first measured batch's (nil entries without run.augment)
+	transforms [][]pipeline.Transform // per tensor, the first measured batch's (nil entries without run.config.augment)
 }
 
 // SourceReport is one tensor of every batch.

@@ -48,7 +48,8 @@ type Options struct {
 }
 
 // pipelineConfig is the pipeline configuration of a scenario's run: its
-// sources (run.config.sources) in one pipeline, with run.augment.
+// sources (run.config.sources) in one pipeline, with run.config.augment as
+// the scenario gives it (its axes are the box's, the image's).
 func pipelineConfig(sc *Scenario) pipeline.Config {
 	r := &sc.Run
 	c := r.Config
@@ -61,7 +62,6 @@ func pipelineConfig(sc *Scenario) pipeline.Config {
 		}
 	}
 	c.Dtype = srcs[0].dtype
-	c.Augment = sc.augmentFor(srcs[0].axes, sc.intensitySources())
 	c.Device, _ = base.EngineDevice(r.Engine)
 	return c
 }
@@ -70,9 +70,11 @@ func pipelineConfig(sc *Scenario) pipeline.Config {
 // reading its source alone (boxSet.project gives its samples) as
 // pipelineConfig's pipeline reads it: its own sample shape (the image axes
 // it reads), buffers and share of run.config.max_gpu_memory_bytes (the
-// pipeline gives each of n sources 1/n of it), and run.augment over its
-// axes (the same draws, so the same geometry per sample), with the
-// intensity transform only where it applies to it.
+// pipeline gives each of n sources 1/n of it), and run.config.augment
+// with its axes mapped to the source's (augmentFor: a label source reads
+// the space axes, image axis a its axis slices.Index(s.axes, a); the
+// same draws, so the same geometry per sample), with the intensity
+// transform only where it applies to it.
 func apartConfigs(sc *Scenario) []pipeline.Config {
 	one := pipelineConfig(sc)
 	srcs := sc.sources()
@@ -145,7 +147,7 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 	}
 	compare := (o.Compare || sc.Run.Compare) && sc.Comparable()
 	if o.Compare && !sc.Comparable() {
-		return nil, fmt.Errorf("--compare: scenario %s has neither run.augment nor several run.config.sources: nothing to compare", sc.Name)
+		return nil, fmt.Errorf("--compare: scenario %s has neither run.config.augment nor several run.config.sources: nothing to compare", sc.Name)
 	}
 	rep := &Report{
 		Scenario: sc.Name, Description: sc.Description, Date: time.Now().UTC().Truncate(time.Second),
@@ -153,7 +155,7 @@ func Run(ctx context.Context, e Env, sc *Scenario, o Options) (*Report, error) {
 		DatasetDir: remote.Redact(bs.DatasetDir), Data: bs.source(sc), Generated: gs.RawBytes > 0, ColdCache: o.DropCache,
 		Dtype: bs.Dtype, BatchSize: sc.Run.Config.BatchSize, SampleShape: sc.Run.shape(),
 		Warmup: sc.Run.Warmup, HoldMS: sc.Run.HoldMS, Keep: sc.Run.Keep, BatchSlots: sc.Run.Config.BatchSlots, ChunkCache: int64(sc.Run.Config.ChunkCacheBytes), Duration: o.Duration,
-		Sampler: bs.Sampler, Augment: sc.Run.Augment,
+		Sampler: bs.Sampler, Augment: sc.augmentReport(),
 	}
 	if sc.array != nil {
 		rep.DatasetDir = sc.array.path

@@ -61,8 +61,10 @@ type DatasetSpec struct {
 // as damacy serve's hello spells it) and the bench's own settings beside it.
 type RunSpec struct {
 	// Config is run.config: batch_size, sample_shape, dtype, sources,
-	// n_io_threads, the *_bytes budgets, ... (pipeline.Config's JSON
-	// names). The bench sets what is not data (Device, Remote, Trace).
+	// n_io_threads, the *_bytes budgets, augment, ... (pipeline.Config's
+	// JSON names). Its augment is the run's augmentation, whose axes are
+	// the box's: the image's axes in order (the first source is the
+	// image). The bench sets what is not data (Device, Remote, Trace).
 	Config pipeline.Config `json:"-"`
 
 	// Boxes is how the boxes are chosen: BoxesRandom ("" too) or
@@ -78,10 +80,6 @@ type RunSpec struct {
 
 	// Sampler says how boxes are drawn; nil: uniformly.
 	Sampler *SamplerSpec `json:"sampler,omitempty"`
-	// Augment, when set, transforms every sample as it is assembled. Its
-	// axes are named as the image's, so it stays the bench's (run.augment,
-	// beside run.config; run.config.augment is refused).
-	Augment *AugmentSpec `json:"augment,omitempty"`
 	// Compare measures the comparisons (see CompareReport) in every run.
 	Compare bool `json:"compare,omitempty"`
 }
@@ -240,7 +238,7 @@ func parseScenario(file string, b []byte) (*Scenario, error) {
 	if err := decodeNested(file, "run", top.Run); err != nil {
 		return nil, err
 	}
-	if err := decodeRun(file, top.Run, &sc.Run); err != nil {
+	if err := decodeRun(file, top.Run, &sc.Run, len(sc.Dataset.Shape)); err != nil {
 		return nil, err
 	}
 	if err := sc.validate(); err != nil {
@@ -254,8 +252,9 @@ func parseScenario(file string, b []byte) (*Scenario, error) {
 }
 
 // decodeRun decodes the run section: run.config by pipeline.DecodeConfig,
-// the bench's own fields beside it strictly.
-func decodeRun(file string, b []byte, r *RunSpec) error {
+// the bench's own fields beside it strictly. rank is dataset.shape's, which
+// the messages about augment's axes number.
+func decodeRun(file string, b []byte, r *RunSpec, rank int) error {
 	var fields map[string]json.RawMessage
 	if err := strictDecode(b, &fields); err != nil || fields == nil {
 		if err == nil {
@@ -263,13 +262,24 @@ func decodeRun(file string, b []byte, r *RunSpec) error {
 		}
 		return jsonFieldError(file, "run", b, err)
 	}
+	axes := "the image's axes in order"
+	if rank >= 2 && rank <= 5 {
+		axes += ": " + numberedAxes((&DatasetSpec{Shape: make([]int64, rank)}).axisNames(), nil)
+	}
+	if _, ok := fields["augment"]; ok {
+		return &ScenarioError{file, "run.augment", "moved to run.config.augment (pipeline.Augment: axes are numbers, " + axes + ")"}
+	}
 	raw, ok := fields["config"]
 	if !ok {
 		return &ScenarioError{file, "run.config", "missing (the pipeline's configuration: batch_size, sample_shape, dtype, ...)"}
 	}
 	cfg, err := pipeline.DecodeConfig(raw)
 	if err != nil {
-		return &ScenarioError{File: file, Msg: configErrorText(err)}
+		msg := configErrorText(err)
+		if strings.HasPrefix(msg, "run.config.augment.") && (strings.Contains(msg, ".axis") || strings.Contains(msg, ".axes")) {
+			msg += " (augment's axes are numbers, " + axes + ")"
+		}
+		return &ScenarioError{File: file, Msg: msg}
 	}
 	delete(fields, "config")
 	rest, err := json.Marshal(fields)
@@ -298,10 +308,11 @@ func configErrorText(err error) string {
 }
 
 // decodeNested decodes the objects nested in a section (dataset.labels,
-// run.sampler, run.augment and its lists) on their own, so that an error
-// inside one names it ("run.augment.flip[1].axis"), not the
-// section. A section that is not an object is left to the section's
-// decoding, which reports it.
+// run.sampler) on their own, so that an error inside one names it
+// ("run.sampler.kind"), not the section. A section that is not an object
+// is left to the section's decoding, which reports it. (run.config, with
+// its nested sources and augment, is pipeline.DecodeConfig's, whose
+// messages name the nested field.)
 func decodeNested(file, section string, b []byte) error {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(b, &fields) != nil {
@@ -313,18 +324,6 @@ func decodeNested(file, section string, b []byte) error {
 		}
 		return nil
 	}
-	list := func(field string, raw json.RawMessage, each func() any) error {
-		var items []json.RawMessage
-		if json.Unmarshal(raw, &items) != nil {
-			return nil
-		}
-		for i, item := range items {
-			if err := one(fmt.Sprintf("%s[%d]", field, i), item, each()); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	switch section {
 	case "dataset":
 		if raw, ok := fields["labels"]; ok {
@@ -332,26 +331,8 @@ func decodeNested(file, section string, b []byte) error {
 		}
 	case "run":
 		if raw, ok := fields["sampler"]; ok {
-			if err := one("run.sampler", raw, new(SamplerSpec)); err != nil {
-				return err
-			}
+			return one("run.sampler", raw, new(SamplerSpec))
 		}
-		raw, ok := fields["augment"]
-		if !ok {
-			return nil
-		}
-		var aug map[string]json.RawMessage
-		if json.Unmarshal(raw, &aug) == nil {
-			if err := list("run.augment.flip", aug["flip"], func() any { return new(AxisChance) }); err != nil {
-				return err
-			}
-			for _, k := range []string{"rot90", "permute"} {
-				if err := list("run.augment."+k, aug[k], func() any { return new(AxesChance) }); err != nil {
-					return err
-				}
-			}
-		}
-		return one("run.augment", raw, new(AugmentSpec))
 	}
 	return nil
 }

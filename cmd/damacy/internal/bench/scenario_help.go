@@ -97,7 +97,28 @@ errors, and every value is checked; a message names the field at fault.
            "host_buffer_bytes": "768MiB",   this source's staging and
            "device_buffer_bytes": "512MiB"} decoded-chunk memory (0: the
                                      run's)
-        ]
+        ],
+        "augment": {                 optional: pipeline.Augment, a
+                                     transform drawn for every sample as
+                                     it is assembled; its axes are
+                                     numbers, the box's: the image's axes
+                                     in order (here 0 z, 1 y, 2 x; a czyx
+                                     image's are 0 c, 1 z, 2 y, 3 x), each
+                                     an axis of every source (a label
+                                     source has the space axes; one
+                                     pipeline per source maps them to its
+                                     own)
+          "seed": 1,                 the draws' seed
+          "flip": [{"axis": 2, "p": 0.5}],
+          "rot90": [{"axes": [1, 2], "p": 0.5}],
+          "permute": [{"axes": [0, 1, 2], "p": 0.5}],
+          "scale": [0.9, 1.1],       intensity, on float sources: drawn
+          "offset": [-0.1, 0.1],     from these ranges, after
+          "mean": 16384, "std": 21000, normalisation by (v - mean) / std,
+          "clip": [-3, 3],           then clipped
+          "intensity_sources": ["image"]   the sources it applies to
+                                     (omitted: the first)
+        }
       },
       "boxes": "random",             random (the default): boxes drawn by
                                      the sampler (run.sampler); chunks:
@@ -131,25 +152,10 @@ errors, and every value is checked; a message names the field at fault.
                                      (package sampler), the rest uniform
         "fraction": 0.67             that share (0: 0.5)
       },
-      "augment": {                   optional: pipeline.Augment, axes
-                                     named as the image's (t, c, z, y, x);
-                                     the bench's, beside run.config (not
-                                     run.config.augment, whose axes are
-                                     numbers)
-        "seed": 1,                   the draws' seed
-        "flip": [{"axis": "x", "p": 0.5}],
-        "rot90": [{"axes": ["y", "x"], "p": 0.5}],
-        "permute": [{"axes": ["z", "y", "x"], "p": 0.5}],
-        "scale": [0.9, 1.1],         intensity, on float sources: drawn
-        "offset": [-0.1, 0.1],       from these ranges, after
-        "mean": 16384, "std": 21000, normalisation by (v - mean) / std,
-        "clip": [-3, 3],             then clipped
-        "intensity_sources": ["image"]   the sources it applies to
-                                     (omitted: the first)
-      },
       "compare": false               measure the comparisons (--compare):
-                                     the same boxes without augment, and
-                                     one pipeline per source in lockstep
+                                     the same boxes without
+                                     run.config.augment, and one pipeline
+                                     per source in lockstep
     }
   }
 

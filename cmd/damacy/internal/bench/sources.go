@@ -1,9 +1,10 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/damacy-go/damacy/pipeline"
@@ -15,38 +16,6 @@ type SamplerSpec struct {
 	// Fraction is the foreground sampler's share of boxes centred on
 	// foreground (0: the sampler's default).
 	Fraction float64 `json:"fraction,omitempty"`
-}
-
-// AugmentSpec is run.augment: pipeline.Augment with the axes named as the
-// image's (ngffAxes).
-type AugmentSpec struct {
-	Seed             uint64       `json:"seed"`
-	Flip             []AxisChance `json:"flip,omitempty"`
-	Rot90            []AxesChance `json:"rot90,omitempty"`
-	Permute          []AxesChance `json:"permute,omitempty"`
-	Scale            *[2]float64  `json:"scale,omitempty"`
-	Offset           *[2]float64  `json:"offset,omitempty"`
-	Mean             float64      `json:"mean,omitempty"`
-	Std              float64      `json:"std,omitempty"`
-	Clip             *[2]float64  `json:"clip,omitempty"`
-	IntensitySources []string     `json:"intensity_sources,omitempty"`
-}
-
-// AxisChance is an axis and a probability.
-type AxisChance struct {
-	Axis string  `json:"axis"`
-	P    float64 `json:"p"`
-}
-
-// AxesChance is a list of axes and a probability.
-type AxesChance struct {
-	Axes []string `json:"axes"`
-	P    float64  `json:"p"`
-}
-
-// intensity reports whether a has an intensity transform.
-func (a *AugmentSpec) intensity() bool {
-	return a.Scale != nil || a.Offset != nil || a.Std != 0 || a.Clip != nil
 }
 
 // runSource is a source of the run's batches resolved against the
@@ -103,12 +72,13 @@ func (s *runSource) pipelineSource() pipeline.Source {
 	return pipeline.Source{Name: s.name, Label: s.label, Dtype: s.dtype, HostBufferBytes: s.host, DeviceBufferBytes: s.device}
 }
 
-// intensitySources names the sources run.augment's intensity transform
-// applies to, or nil when it has none.
+// intensitySources names the sources run.config.augment's intensity
+// transform applies to (pipeline.Augment.IntensitySources; empty: the
+// first source), or nil when it has none.
 func (sc *Scenario) intensitySources() []string {
-	a := sc.Run.Augment
+	a := sc.Run.Config.Augment
 	switch {
-	case a == nil || !a.intensity():
+	case a == nil || !hasIntensity(a):
 		return nil
 	case len(a.IntensitySources) > 0:
 		return a.IntensitySources
@@ -116,17 +86,25 @@ func (sc *Scenario) intensitySources() []string {
 	return []string{sc.sources()[0].name}
 }
 
-// augmentFor is run.augment as the pipeline.Augment of a pipeline whose
-// first source reads the image axes axes (in its order), its intensity
-// transform applied to the sources named in intensity (none: no intensity
-// transform); nil without run.augment.
+// hasIntensity reports whether a has an intensity transform, as the
+// pipeline decides it (pipeline.Augment: scale, offset, std or clip).
+func hasIntensity(a *pipeline.Augment) bool {
+	return a.Scale != [2]float64{} || a.Offset != [2]float64{} || a.Std != 0 || a.Clip
+}
+
+// augmentFor is run.config.augment, whose axes are the image's, as the
+// pipeline.Augment of a pipeline whose one source reads the image axes
+// axes (in its order): image axis a becomes slices.Index(axes, a) (the
+// scenario's validation made every augment axis one of every source's).
+// Its intensity transform stays when intensity is set, applied to the
+// sources it names, and is dropped when it is empty. Nil without
+// run.config.augment.
 func (sc *Scenario) augmentFor(axes []int, intensity []string) *pipeline.Augment {
-	a := sc.Run.Augment
+	a := sc.Run.Config.Augment
 	if a == nil {
 		return nil
 	}
-	names := sc.Dataset.axisNames()
-	index := func(name string) int { return slices.Index(axes, slices.Index(names, name)) }
+	index := func(x int) int { return slices.Index(axes, x) }
 	out := &pipeline.Augment{Seed: a.Seed}
 	for _, f := range a.Flip {
 		out.Flip = append(out.Flip, pipeline.AxisChance{Axis: index(f.Axis), P: f.P})
@@ -142,22 +120,15 @@ func (sc *Scenario) augmentFor(axes []int, intensity []string) *pipeline.Augment
 		out.Permute = append(out.Permute, c)
 	}
 	if len(intensity) > 0 {
-		if a.Scale != nil {
-			out.Scale = *a.Scale
-		}
-		if a.Offset != nil {
-			out.Offset = *a.Offset
-		}
-		out.Mean, out.Std = a.Mean, a.Std
-		if a.Clip != nil {
-			out.Clip, out.ClipLow, out.ClipHigh = true, a.Clip[0], a.Clip[1]
-		}
-		out.IntensitySources = intensity
+		out.Scale, out.Offset, out.Mean, out.Std = a.Scale, a.Offset, a.Mean, a.Std
+		out.Clip, out.ClipLow, out.ClipHigh = a.Clip, a.ClipLow, a.ClipHigh
+		out.IntensitySources = slices.Clone(intensity)
 	}
 	return out
 }
 
-// validateSources checks run.config.sources, run.sampler and run.augment.
+// validateSources checks run.config.sources, run.sampler and
+// run.config.augment.
 func (r *RunSpec) validateSources(d *DatasetSpec) error {
 	for i, s := range r.Config.Sources {
 		f := fmt.Sprintf("run.config.sources[%d]", i)
@@ -196,114 +167,58 @@ func (r *RunSpec) validateSources(d *DatasetSpec) error {
 			return fieldErr("run.sampler.kind", "%q: want uniform or foreground", s.Kind)
 		}
 	}
-	if r.Augment != nil {
+	if r.Config.Augment != nil {
 		return r.validateAugment(d)
 	}
 	return nil
 }
 
-// validateAugment checks run.augment against the dataset's axes, the
-// sample shape and the sources.
+// validateAugment checks what of run.config.augment depends on the
+// dataset and the bench's sources: its axes are the image's (the first
+// source's, the box's: 0..rank-1) and each is an axis of every source,
+// since the geometric transforms act on every source alike (a label
+// source has the image's space axes only; its pipeline apart maps them,
+// apartConfigs); its intensity_sources are float sources. Ranges that
+// depend on neither (probabilities, distinct axes of equal sample
+// extents, the intensity ranges) are pipeline.New's to check, as for the
+// rest of run.config.
 func (r *RunSpec) validateAugment(d *DatasetSpec) error {
-	a := r.Augment
+	a := r.Config.Augment
 	names := d.axisNames()
-	// Geometric transforms act on every source: only axes all of them have.
-	common := names
 	srcs := (&Scenario{Dataset: *d, Run: *r}).sources()
-	for _, s := range srcs {
-		if len(s.axes) < len(common) {
-			common = names[len(names)-len(s.axes):]
+	axis := func(field string, x int) error {
+		if x < 0 || x >= len(names) {
+			return fieldErr(field, "%d: want an axis of the image (%s)", x, numberedAxes(names, nil))
 		}
-	}
-	axis := func(field, name string) (int, error) {
-		if !slices.Contains(common, name) {
-			return 0, fieldErr(field, "%q is not an axis of every source (%s)", name, strings.Join(common, ", "))
-		}
-		return slices.Index(names, name), nil
-	}
-	prob := func(field string, p float64) error {
-		if !(p >= 0 && p <= 1) {
-			return fieldErr(field, "%v: want a probability in [0, 1]", p)
+		for _, s := range srcs {
+			if !slices.Contains(s.axes, x) {
+				return fieldErr(field, "%d (%s) is not an axis of source %q (%s): the geometric transforms act on every source", x, names[x], s.name, numberedAxes(names, s.axes))
+			}
 		}
 		return nil
 	}
 	for i, f := range a.Flip {
-		field := fmt.Sprintf("run.augment.flip[%d]", i)
-		if _, err := axis(field+".axis", f.Axis); err != nil {
+		if err := axis(fmt.Sprintf("run.config.augment.flip[%d].axis", i), f.Axis); err != nil {
 			return err
 		}
-		if err := prob(field+".p", f.P); err != nil {
-			return err
-		}
-	}
-	equal := func(field string, axes []string, want int) error {
-		switch {
-		case want > 0 && len(axes) != want:
-			return fieldErr(field, "%q: want %d axes", axes, want)
-		case len(axes) < 2:
-			return fieldErr(field, "%q: want two or more axes", axes)
-		}
-		var ext int
-		for k, name := range axes {
-			x, err := axis(fmt.Sprintf("%s[%d]", field, k), name)
-			if err != nil {
-				return err
-			}
-			if slices.Contains(axes[:k], name) {
-				return fieldErr(field, "%q: axis %q twice", axes, name)
-			}
-			if k > 0 && r.Config.SampleShape[x] != ext {
-				return fieldErr(field, "%q: the sample extents differ (run.config.sample_shape %v); these transforms need equal extents", axes, r.Config.SampleShape)
-			}
-			ext = r.Config.SampleShape[x]
-		}
-		return nil
 	}
 	for i, q := range a.Rot90 {
-		field := fmt.Sprintf("run.augment.rot90[%d]", i)
-		if err := equal(field+".axes", q.Axes, 2); err != nil {
-			return err
-		}
-		if err := prob(field+".p", q.P); err != nil {
-			return err
+		for k, x := range q.Axes {
+			if err := axis(fmt.Sprintf("run.config.augment.rot90[%d].axes[%d]", i, k), x); err != nil {
+				return err
+			}
 		}
 	}
 	for i, q := range a.Permute {
-		field := fmt.Sprintf("run.augment.permute[%d]", i)
-		if err := equal(field+".axes", q.Axes, 0); err != nil {
-			return err
-		}
-		if err := prob(field+".p", q.P); err != nil {
-			return err
-		}
-	}
-	finite := func(v ...float64) bool {
-		for _, x := range v {
-			if math.IsNaN(x) || math.IsInf(x, 0) {
-				return false
+		for k, x := range q.Axes {
+			if err := axis(fmt.Sprintf("run.config.augment.permute[%d].axes[%d]", i, k), x); err != nil {
+				return err
 			}
 		}
-		return true
-	}
-	for _, rg := range []struct {
-		field string
-		v     *[2]float64
-	}{{"run.augment.scale", a.Scale}, {"run.augment.offset", a.Offset}, {"run.augment.clip", a.Clip}} {
-		if rg.v != nil && !(finite(rg.v[0], rg.v[1]) && rg.v[0] <= rg.v[1]) {
-			return fieldErr(rg.field, "%v: want [low, high], finite, low <= high", *rg.v)
-		}
-	}
-	switch {
-	case !finite(a.Mean, a.Std) || a.Std < 0:
-		return fieldErr("run.augment.std", "%v (mean %v): want a finite mean and a standard deviation > 0", a.Std, a.Mean)
-	case a.Mean != 0 && a.Std == 0:
-		return fieldErr("run.augment.mean", "%v without run.augment.std: normalisation needs both", a.Mean)
-	case len(a.IntensitySources) > 0 && !a.intensity():
-		return fieldErr("run.augment.intensity_sources", "no intensity transform (scale, offset, std or clip) to apply")
 	}
 	for i, name := range a.IntensitySources {
 		k := slices.IndexFunc(srcs, func(s runSource) bool { return s.name == name })
-		field := fmt.Sprintf("run.augment.intensity_sources[%d]", i)
+		field := fmt.Sprintf("run.config.augment.intensity_sources[%d]", i)
 		switch {
 		case k < 0:
 			return fieldErr(field, "%q is not a source", name)
@@ -314,29 +229,90 @@ func (r *RunSpec) validateAugment(d *DatasetSpec) error {
 	return nil
 }
 
-// String describes the transforms for the text report.
-func (a *AugmentSpec) String() string {
+// numberedAxes lists the image's axes names as numbered in
+// run.config.augment ("0 c, 1 z, 2 y, 3 x"): those in axes, or all
+// when axes is nil.
+func numberedAxes(names []string, axes []int) string {
+	var parts []string
+	for i, n := range names {
+		if axes == nil || slices.Contains(axes, i) {
+			parts = append(parts, fmt.Sprintf("%d %s", i, n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// AugmentReport is run.config.augment in the report: in the JSON as
+// run.config.augment spells it, in the text with its axes named as the
+// image's.
+type AugmentReport struct {
+	pipeline.Augment
+	// Axes names the image's axes (ngffAxes), which the text names the
+	// augment's axes by.
+	Axes []string `json:"-"`
+}
+
+// augmentReport is the report's run.config.augment, or nil without one.
+func (sc *Scenario) augmentReport() *AugmentReport {
+	a := sc.Run.Config.Augment
+	if a == nil {
+		return nil
+	}
+	return &AugmentReport{Augment: *a, Axes: sc.Dataset.axisNames()}
+}
+
+// MarshalJSON writes a as pipeline.DecodeConfig reads an augment (clip
+// as [low, high]).
+func (a *AugmentReport) MarshalJSON() ([]byte, error) {
+	w := struct {
+		pipeline.Augment
+		Clip *[2]float64 `json:"clip,omitempty"`
+	}{Augment: a.Augment}
+	if a.Augment.Clip {
+		w.Clip = &[2]float64{a.ClipLow, a.ClipHigh}
+	}
+	return json.Marshal(w)
+}
+
+// String describes the transforms for the text report, the axes named.
+func (a *AugmentReport) String() string {
+	name := func(x int) string {
+		if x >= 0 && x < len(a.Axes) {
+			return a.Axes[x]
+		}
+		return strconv.Itoa(x)
+	}
+	names := func(xs []int) string {
+		var s []string
+		for _, x := range xs {
+			s = append(s, name(x))
+		}
+		return strings.Join(s, "-")
+	}
 	var parts []string
 	for _, f := range a.Flip {
-		parts = append(parts, fmt.Sprintf("flip %s p=%g", f.Axis, f.P))
+		parts = append(parts, fmt.Sprintf("flip %s p=%g", name(f.Axis), f.P))
 	}
 	for _, r := range a.Rot90 {
-		parts = append(parts, fmt.Sprintf("rot90 %s p=%g", strings.Join(r.Axes, "-"), r.P))
+		parts = append(parts, fmt.Sprintf("rot90 %s p=%g", names(r.Axes[:]), r.P))
 	}
 	for _, q := range a.Permute {
-		parts = append(parts, fmt.Sprintf("permute %s p=%g", strings.Join(q.Axes, "-"), q.P))
+		parts = append(parts, fmt.Sprintf("permute %s p=%g", names(q.Axes), q.P))
 	}
 	if a.Std != 0 {
 		parts = append(parts, fmt.Sprintf("(v - %g) / %g", a.Mean, a.Std))
 	}
-	if a.Scale != nil {
+	if a.Scale != [2]float64{} {
 		parts = append(parts, fmt.Sprintf("scale %g..%g", a.Scale[0], a.Scale[1]))
 	}
-	if a.Offset != nil {
+	if a.Offset != [2]float64{} {
 		parts = append(parts, fmt.Sprintf("offset %g..%g", a.Offset[0], a.Offset[1]))
 	}
-	if a.Clip != nil {
-		parts = append(parts, fmt.Sprintf("clip %g..%g", a.Clip[0], a.Clip[1]))
+	if a.Augment.Clip {
+		parts = append(parts, fmt.Sprintf("clip %g..%g", a.ClipLow, a.ClipHigh))
+	}
+	if len(a.IntensitySources) > 0 && hasIntensity(&a.Augment) {
+		parts = append(parts, "intensity on "+strings.Join(a.IntensitySources, ", "))
 	}
 	return strings.Join(parts, ", ") + fmt.Sprintf(" (seed %d)", a.Seed)
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,11 +23,11 @@ const segScenario = `{
   "run": {"config": {"batch_size": 2, "sample_shape": [1, 8, 32, 32],
                      "sources": [{"name": "image", "dtype": "bf16"}, {"name": "label", "label": "cells", "dtype": "u8"}],
                      "lookahead_batches": 2, "n_io_threads": 2, "max_gpu_memory_bytes": "2GiB",
-                     "host_buffer_bytes": "64MiB", "device_buffer_bytes": "64MiB"},
+                     "host_buffer_bytes": "64MiB", "device_buffer_bytes": "64MiB",
+                     "augment": {"seed": 1, "flip": [{"axis": 1, "p": 0.5}, {"axis": 2, "p": 0.5}, {"axis": 3, "p": 0.5}],
+                                 "rot90": [{"axes": [2, 3], "p": 0.5}], "mean": 16384, "std": 21000}},
           "batches": 3, "warmup": 1,
           "sampler": {"kind": "foreground", "fraction": 0.67},
-          "augment": {"seed": 1, "flip": [{"axis": "z", "p": 0.5}, {"axis": "y", "p": 0.5}, {"axis": "x", "p": 0.5}],
-                      "rot90": [{"axes": ["y", "x"], "p": 0.5}], "mean": 16384, "std": 21000},
           "compare": true, "engine": "host", "seed": 1}
 }`
 
@@ -54,20 +55,22 @@ var badSegScenarioTests = []badScenarioTest{
 	{`"kind": "foreground"`, `"kind": "grid"`, `run.sampler.kind: "grid": want uniform or foreground`},
 	{`"fraction": 0.67`, `"fraction": 1.5`, `run.sampler.fraction: 1.5: must be in (0, 1]`},
 	{`"kind": "foreground", "fraction": 0.67`, `"kind": "uniform", "fraction": 0.67`, `run.sampler.fraction: is for the foreground sampler`},
-	{`{"axis": "z", "p": 0.5}`, `{"axis": "c", "p": 0.5}`, `run.augment.flip[0].axis: "c" is not an axis of every source (z, y, x)`},
-	{`{"axis": "z", "p": 0.5}`, `{"axis": "z", "p": 2}`, `run.augment.flip[0].p: 2: want a probability in [0, 1]`},
-	{`{"axis": "z", "p": 0.5}`, `{"axis": "z", "q": 0.5}`, `run.augment.flip[0].q: unknown field`},
-	{`"rot90": [{"axes": ["y", "x"], "p": 0.5}]`, `"rot90": [{"axes": ["z", "x"], "p": 0.5}]`, `run.augment.rot90[0].axes: ["z" "x"]: the sample extents differ`},
-	{`"rot90": [{"axes": ["y", "x"], "p": 0.5}]`, `"rot90": [{"axes": ["y"], "p": 0.5}]`, `run.augment.rot90[0].axes: ["y"]: want 2 axes`},
-	{`"rot90": [{"axes": ["y", "x"], "p": 0.5}]`, `"permute": [{"axes": ["y", "y"], "p": 0.5}]`, `run.augment.permute[0].axes: ["y" "y"]: axis "y" twice`},
-	{`"mean": 16384, "std": 21000`, `"mean": 16384`, `run.augment.mean: 16384 without run.augment.std`},
-	{`"mean": 16384, "std": 21000`, `"std": -1`, `run.augment.std: -1 (mean 0): want a finite mean`},
-	{`"mean": 16384, "std": 21000`, `"scale": [2, 1]`, `run.augment.scale: [2 1]: want [low, high]`},
-	{`"mean": 16384, "std": 21000`, `"clip": [3, -3]`, `run.augment.clip: [3 -3]: want [low, high]`},
-	{`"mean": 16384, "std": 21000`, `"std": 1, "intensity_sources": ["label"]`, `run.augment.intensity_sources[0]: "label" has an integer output`},
-	{`"mean": 16384, "std": 21000`, `"std": 1, "intensity_sources": ["mask"]`, `run.augment.intensity_sources[0]: "mask" is not a source`},
-	{`"mean": 16384, "std": 21000`, `"intensity_sources": ["image"]`, `run.augment.intensity_sources: no intensity transform`},
-	{`"seed": 1, "flip"`, `"seed": 1, "flop": 1, "flip"`, `run.augment.flop: unknown field`},
+	{`{"axis": 1, "p": 0.5}`, `{"axis": 0, "p": 0.5}`, `run.config.augment.flip[0].axis: 0 (c) is not an axis of source "label" (1 z, 2 y, 3 x): the geometric transforms act on every source`},
+	{`{"axis": 1, "p": 0.5}`, `{"axis": 4, "p": 0.5}`, `run.config.augment.flip[0].axis: 4: want an axis of the image (0 c, 1 z, 2 y, 3 x)`},
+	{`{"axis": 1, "p": 0.5}`, `{"axis": -1, "p": 0.5}`, `run.config.augment.flip[0].axis: -1: want an axis of the image`},
+	{`"rot90": [{"axes": [2, 3], "p": 0.5}]`, `"rot90": [{"axes": [0, 3], "p": 0.5}]`, `run.config.augment.rot90[0].axes[0]: 0 (c) is not an axis of source "label"`},
+	{`"rot90": [{"axes": [2, 3], "p": 0.5}]`, `"permute": [{"axes": [2, 5], "p": 0.5}]`, `run.config.augment.permute[0].axes[1]: 5: want an axis of the image`},
+	{`"mean": 16384, "std": 21000`, `"std": 1, "intensity_sources": ["label"]`, `run.config.augment.intensity_sources[0]: "label" has an integer output`},
+	{`"mean": 16384, "std": 21000`, `"std": 1, "intensity_sources": ["mask"]`, `run.config.augment.intensity_sources[0]: "mask" is not a source`},
+	// The decoder's (pipeline.DecodeConfig) messages name the nested field.
+	{`{"axis": 1, "p": 0.5}`, `{"axis": "z", "p": 0.5}`, `run.config.augment.flip[0].axis = "z": must be an integer (augment's axes are numbers, the image's axes in order: 0 c, 1 z, 2 y, 3 x)`},
+	{`"rot90": [{"axes": [2, 3], "p": 0.5}]`, `"rot90": [{"axes": ["y", "x"], "p": 0.5}]`, `run.config.augment.rot90[0].axes = ["y","x"]: must be a list of 2 integers (augment's axes are numbers`},
+	{`"rot90": [{"axes": [2, 3], "p": 0.5}]`, `"rot90": [{"axes": [2], "p": 0.5}]`, `run.config.augment.rot90[0].axes = [2]: must be a list of 2 integers`},
+	{`{"axis": 1, "p": 0.5}`, `{"axis": 1, "q": 0.5}`, `unknown keys in run.config.augment.flip[0]: q`},
+	{`"mean": 16384, "std": 21000`, `"clip": [1]`, `run.config.augment.clip = [1]: must be [low, high]`},
+	{`"seed": 1, "flip"`, `"seed": 1, "flop": 1, "flip"`, `unknown keys in run.config.augment: flop`},
+	// The bench's augment of before, beside run.config.
+	{`"batches": 3,`, `"augment": {"seed": 1, "flip": [{"axis": "z", "p": 0.5}]}, "batches": 3,`, `run.augment: moved to run.config.augment (pipeline.Augment: axes are numbers, the image's axes in order: 0 c, 1 z, 2 y, 3 x)`},
 	{`"compare": true,`, `"compare": 1,`, `run.compare: cannot use a JSON number here (want true or false)`},
 }
 
@@ -119,8 +122,10 @@ func TestSegmentationScenario(t *testing.T) {
 	if diff := cmp.Diff(want, cfg.Sources); diff != "" {
 		t.Errorf("sources (-want +got):\n%s", diff)
 	}
+	// The one pipeline's augment is run.config.augment as written: axes
+	// 1, 2, 3 are the czyx image's z, y, x.
 	wantAug := &pipeline.Augment{Seed: 1, Flip: []pipeline.AxisChance{{Axis: 1, P: 0.5}, {Axis: 2, P: 0.5}, {Axis: 3, P: 0.5}},
-		Rot90: []pipeline.PlaneChance{{Axes: [2]int{2, 3}, P: 0.5}}, Mean: 16384, Std: 21000, IntensitySources: []string{"image"}}
+		Rot90: []pipeline.PlaneChance{{Axes: [2]int{2, 3}, P: 0.5}}, Mean: 16384, Std: 21000}
 	if diff := cmp.Diff(wantAug, cfg.Augment); diff != "" {
 		t.Errorf("augment (-want +got):\n%s", diff)
 	}
@@ -143,7 +148,83 @@ func TestSegmentationScenario(t *testing.T) {
 	if !slices.Equal(lab.SampleShape, []int{128, 128, 128}) || lab.MaxGPUMemoryBytes != cfg.MaxGPUMemoryBytes/2 || !cmp.Equal(lab.Sources, wantSrc) || lab.Dtype != pipeline.U8 {
 		t.Errorf("the label's pipeline: shape %v, cap %d (of %d), sources %v, dtype %v", lab.SampleShape, lab.MaxGPUMemoryBytes, cfg.MaxGPUMemoryBytes, lab.Sources, lab.Dtype)
 	}
-	if diff := cmp.Diff(cfg.Augment, apart[0].Augment); diff != "" {
-		t.Errorf("the image's augment alone (-one +apart):\n%s", diff)
+	// The image alone: the same axes, the intensity transform named on it.
+	wantImg := *wantAug
+	wantImg.IntensitySources = []string{"image"}
+	if diff := cmp.Diff(&wantImg, apart[0].Augment); diff != "" {
+		t.Errorf("the image's augment alone (-want +got):\n%s", diff)
+	}
+	var text strings.Builder
+	(&Report{Augment: sc.augmentReport()}).WriteText(&text)
+	if want := "augment      flip z p=0.5, flip y p=0.5, flip x p=0.5, rot90 y-x p=0.5, (v - 16384) / 21000 (seed 1)\n"; !strings.Contains(text.String(), want) {
+		t.Errorf("the text report gives the augment as\n%s\nwant %q", text.String(), want)
+	}
+}
+
+// TestApartAugmentAxes: one pipeline per source maps run.config.augment's
+// axes, the image's, to each source's own (the label's z, y, x are the
+// czyx image's 1, 2, 3), and gives the intensity transform only to the
+// sources it names.
+func TestApartAugmentAxes(t *testing.T) {
+	sc := segFile(t, t.TempDir(), `"flip": [{"axis": 1, "p": 0.5}, {"axis": 2, "p": 0.5}, {"axis": 3, "p": 0.5}],
+                                 "rot90": [{"axes": [2, 3], "p": 0.5}], "mean": 16384, "std": 21000`,
+		`"flip": [{"axis": 3, "p": 0.25}], "rot90": [{"axes": [3, 2], "p": 0.5}], "permute": [{"axes": [2, 3], "p": 0.75}],
+		 "scale": [0.9, 1.1], "clip": [-3, 3], "intensity_sources": ["label"]`,
+		`"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "f32"`)
+	one := &pipeline.Augment{Seed: 1, Flip: []pipeline.AxisChance{{Axis: 3, P: 0.25}}, Rot90: []pipeline.PlaneChance{{Axes: [2]int{3, 2}, P: 0.5}},
+		Permute: []pipeline.AxesChance{{Axes: []int{2, 3}, P: 0.75}}, Scale: [2]float64{0.9, 1.1}, Clip: true, ClipLow: -3, ClipHigh: 3,
+		IntensitySources: []string{"label"}}
+	if diff := cmp.Diff(one, pipelineConfig(sc).Augment); diff != "" {
+		t.Errorf("the one pipeline's augment (-want +got):\n%s", diff)
+	}
+	apart := apartConfigs(sc)
+	img := &pipeline.Augment{Seed: 1, Flip: one.Flip, Rot90: one.Rot90, Permute: one.Permute}
+	lab := &pipeline.Augment{Seed: 1, Flip: []pipeline.AxisChance{{Axis: 2, P: 0.25}}, Rot90: []pipeline.PlaneChance{{Axes: [2]int{2, 1}, P: 0.5}},
+		Permute: []pipeline.AxesChance{{Axes: []int{1, 2}, P: 0.75}}, Scale: [2]float64{0.9, 1.1}, Clip: true, ClipLow: -3, ClipHigh: 3,
+		IntensitySources: []string{"label"}}
+	if len(apart) != 2 {
+		t.Fatalf("%d apart configs", len(apart))
+	}
+	if diff := cmp.Diff(img, apart[0].Augment); diff != "" {
+		t.Errorf("the image's augment alone (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(lab, apart[1].Augment); diff != "" {
+		t.Errorf("the label's augment alone (-want +got):\n%s", diff)
+	}
+	// The report: the axes named in the text; in the JSON as
+	// run.config.augment spells it, which the decoder reads back.
+	ar := sc.augmentReport()
+	if got, want := ar.String(), "flip x p=0.25, rot90 x-y p=0.5, permute y-x p=0.75, scale 0.9..1.1, clip -3..3, intensity on label (seed 1)"; got != want {
+		t.Errorf("augment text %q; want %q", got, want)
+	}
+	b, err := json.Marshal(ar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := pipeline.DecodeConfig([]byte(`{"augment": ` + string(b) + `}`))
+	if err != nil || !cmp.Equal(back.Augment, one) {
+		t.Errorf("the report's augment %s decodes as %+v, %v; want %+v", b, back.Augment, err, one)
+	}
+}
+
+// TestAugmentRangesArePipelines: what of run.config.augment depends on
+// neither the dataset nor the bench's sources (probabilities, equal
+// extents, intensity ranges) the scenario leaves to pipeline.New, whose
+// error names the field.
+func TestAugmentRangesArePipelines(t *testing.T) {
+	for _, tt := range []struct{ old, new, want string }{
+		{`{"axis": 1, "p": 0.5}`, `{"axis": 1, "p": 2}`, `Config.Augment.Flip[0]`},
+		{`"rot90": [{"axes": [2, 3], "p": 0.5}]`, `"rot90": [{"axes": [1, 3], "p": 0.5}]`, `Config.Augment.Rot90[0]`},
+		{`"mean": 16384, "std": 21000`, `"scale": [2, 1]`, `Config.Augment.Scale`},
+	} {
+		sc := segFile(t, t.TempDir(), tt.old, tt.new)
+		cfg := pipelineConfig(sc)
+		p, err := pipeline.New(cfg)
+		if err == nil {
+			p.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: pipeline.New: %v; want an error naming %s", tt.new, err, tt.want)
+		}
 	}
 }

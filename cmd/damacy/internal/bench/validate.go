@@ -280,9 +280,6 @@ func (r *RunSpec) validate(d *DatasetSpec) error {
 	if r.Config.BatchSize < 1 {
 		return fieldErr("run.config.batch_size", "%d: must be positive (the bench draws batch_size boxes a batch)", r.Config.BatchSize)
 	}
-	if r.Config.Augment != nil {
-		return fieldErr("run.config.augment", "the bench's augment is run.augment (axes named as the image's)")
-	}
 	if err := r.validateBoxes(d); err != nil {
 		return err
 	}
