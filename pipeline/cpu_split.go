@@ -40,6 +40,7 @@ type cpuDecode struct {
 	// whole chunk.
 	payload       []byte
 	nblocks, step int
+	blockSize     int // the frame's block size (decoded bytes per block)
 }
 
 // decodeTask is one CPU task of a cpuDecode: blocks [from, to) of its
@@ -78,7 +79,7 @@ func (s *stages) splitDecode(w *wave, j *job, stored, dst []byte) (cpuDecode, er
 	if err != nil || int64(h.Nbytes) != n || h.Blocks() < 2 {
 		return d, nil
 	}
-	d.payload, d.nblocks = payload, h.Blocks()
+	d.payload, d.nblocks, d.blockSize = payload, h.Blocks(), h.Blocksize
 	d.step = int(max(1, s.split.part/int64(h.Blocksize)))
 	return d, nil
 }

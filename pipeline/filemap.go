@@ -26,11 +26,18 @@ import (
 // holds (so a file read once, in a single pass over a large dataset, is
 // never mapped; one read again and again is, after its first pass). The
 // least recently used mappings no wave holds are dropped to make room; the
-// budget bounds the bytes mapped. Its methods are safe for concurrent use.
+// budget bounds the bytes mapped. With firstSight set, a read at least that
+// long maps its file at once, the first time, when it covers a quarter of
+// the file or more: copying a large read costs more than mapping its file
+// and reading it where it lies, even once. Its methods are safe for
+// concurrent use.
 type fileMaps struct {
 	ctx     cuda.Context // the CUDA engine's, to register mappings with; 0: none (host engine)
 	budget  int64        // bytes mapped at most
 	maxFile int64        // larger files are never mapped
+	// firstSight is the shortest read that maps its file on first sight
+	// (0: none; see fileMaps).
+	firstSight int64
 
 	mu    sync.Mutex
 	used  int64
@@ -124,8 +131,10 @@ func (m *fileMaps) note(path string, n, size int64) bool {
 // add maps path and, for the CUDA engine, registers it, making room by dropping the least
 // recently used mappings no wave holds. When the budget cannot make room
 // now it does nothing (a later note tries again); a file that cannot be
-// mapped or registered is never tried again.
-func (m *fileMaps) add(path string) error {
+// mapped or registered is never tried again. With covered positive, it
+// maps the file only if covered is at least a quarter of its size (a read
+// seen for the first time, see firstSight).
+func (m *fileMaps) add(path string, covered int64) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -136,6 +145,9 @@ func (m *fileMaps) add(path string) error {
 		return err
 	}
 	size := fi.Size()
+	if covered > 0 && (covered < size/4 || size > m.maxFile) {
+		return nil
+	}
 	m.mu.Lock()
 	var drop []*fileMap
 	for e := m.order.Back(); e != nil && m.used+size > m.budget; {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/damacy-go/damacy/cuda/cudatest"
+	"github.com/damacy-go/damacy/zarr"
+	"github.com/damacy-go/damacy/zarr/writer"
 	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
@@ -37,6 +39,76 @@ func TestFileMapsNote(t *testing.T) {
 	}
 	if !m.note("b", 250, 250) {
 		t.Error("a file of a quarter of the budget read whole is not hot")
+	}
+}
+
+// A read seen for the first time maps its file (add with covered) only
+// when it covers a quarter of the file or more and the file is within a
+// quarter of the budget; add without covered maps any file that fits.
+func TestFileMapsFirstSight(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name string, n int) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, make([]byte, n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	m := newFileMaps(0, 4000)
+	defer m.close()
+	small, big := file("small", 400), file("big", 1001)
+	for _, c := range []struct {
+		path    string
+		covered int64
+		mapped  bool
+	}{
+		{small, 99, false}, {small, 100, true}, {big, 1001, false}, {file("whole", 1000), 0, true},
+	} {
+		if err := m.add(c.path, c.covered); err != nil {
+			t.Fatal(err)
+		}
+		f := m.acquire(c.path)
+		if (f != nil) != c.mapped {
+			t.Errorf("%s, %d bytes covered: mapped %v, want %v", filepath.Base(c.path), c.covered, f != nil, c.mapped)
+		}
+		if f != nil {
+			m.release(f)
+		}
+	}
+	if got := m.mapped(); got != 1400 {
+		t.Errorf("%d bytes mapped, want 1400", got)
+	}
+}
+
+// The host engine maps a file the first time it reads a large chunk of
+// it (hostFirstSight): a single pass over uncompressed chunks of 2 MiB
+// copies every one from its mapping, and its batches are those of a run
+// without mappings, bit for bit; chunks below the threshold are read into
+// staging the first time (and mapped once read whole, fileMaps.note).
+func TestHostFirstSightMaps(t *testing.T) {
+	dir := t.TempDir()
+	seed := zarrtest.Seed(t)
+	large := writeCase(t, dir, storeCase{"raw-u16-2MiB", writer.Spec{Shape: []int64{48, 128, 256}, ChunkShape: []int64{32, 128, 256},
+		DataType: zarr.Uint16, Compression: writer.Compression{}}}, seed)
+	small := writeCase(t, dir, storeCase{"raw-u16-32KiB", writer.Spec{Shape: []int64{48, 128, 256}, ChunkShape: []int64{8, 16, 128},
+		DataType: zarr.Uint16, Compression: writer.Compression{}}}, seed+1)
+	rng := rand.New(rand.NewPCG(seed, 13))
+	ext := []int{20, 100, 200}
+	for _, c := range []struct {
+		path   string
+		mapped bool
+	}{{large, true}, {small, false}} {
+		epochs := epochSamples(t, rng, []string{c.path}, ext, 8, 1)
+		cfg := Config{Device: "cpu", BatchSize: 4, SampleShape: ext, Dtype: F32, HostBufferBytes: 24 << 20, DeviceBufferBytes: 8 << 20}
+		off := cfg
+		off.MappedFileBytes = -1
+		want := runEpochs(t, newChecked(t, off), epochs)
+		got := runEpochs(t, newChecked(t, cfg), epochs)
+		compareRuns(t, got, want, epochs, cfg.BatchSize)
+		st := got.stats[0]
+		if (st.BytesMapped == st.BytesRead) != c.mapped || st.BytesRead == 0 {
+			t.Errorf("%s: %d of %d bytes read copied from mappings in one pass; want all %v", filepath.Base(c.path), st.BytesMapped, st.BytesRead, c.mapped)
+		}
 	}
 }
 

@@ -80,7 +80,7 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 	stored := w.stored(w.slabBuf)
 	var decT, asmT atomic.Int64
 	start := time.Now()
-	bigs, decodes, err := h.splitJobs(w, byJob, stored)
+	bigs, decodes, err := h.splitJobs(w, a, byJob, stored)
 	ns, nd := len(small), len(decodes)
 	if err == nil {
 		err = h.cpu.Run(ctx, ns+nd+len(rest), func(i int) error {
@@ -92,8 +92,14 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 				return h.computeJob(w, a, bp.jobs[small[i]], byJob[small[i]], stored, hw, &decT, &asmT)
 			case i < ns+nd:
 				t := decodes[i-ns]
-				err := w.guard(func() error { return h.decodePiece(&bigs[t.chunk].dec, t) })
-				decT.Add(int64(time.Since(t0)))
+				b := &bigs[t.chunk]
+				err := w.guard(func() error { return h.decodePiece(&b.dec, t) })
+				t1 := time.Now()
+				decT.Add(int64(t1.Sub(t0)))
+				if err == nil && b.fused {
+					err = b.assemblePiece(a, t, hw.rows)
+					asmT.Add(int64(time.Since(t1)))
+				}
 				return err
 			}
 			err := a.Run(rest[i-ns-nd:i-ns-nd+1], 0, nil, hw.rows)
@@ -104,7 +110,9 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 	if err == nil && len(bigs) > 0 {
 		var parts []asmTask
 		for bi := range bigs {
-			parts = bigs[bi].assembleTasks(bi, a, h.split.part, parts)
+			if !bigs[bi].fused {
+				parts = bigs[bi].assembleTasks(bi, a, h.split.part, parts)
+			}
 		}
 		err = h.cpu.Run(ctx, len(parts), func(i int) error {
 			hw := <-h.workers
@@ -143,9 +151,9 @@ func (h *hostEngine) compute(ctx context.Context, w *wave, full *ptx.Plan) error
 }
 
 // splitJobs readies the wave's chunks larger than h.split.min to be split
-// (byJob: the ops that read each job; stored: the jobs' stored bytes) and
-// returns them with their decoding tasks.
-func (h *hostEngine) splitJobs(w *wave, byJob map[int][]int32, stored func(*job) []byte) ([]bigJob, []decodeTask, error) {
+// (a: the wave's assembly; byJob: the ops that read each job; stored: the
+// jobs' stored bytes) and returns them with their decoding tasks.
+func (h *hostEngine) splitJobs(w *wave, a *ptx.HostAssembly, byJob map[int][]int32, stored func(*job) []byte) ([]bigJob, []decodeTask, error) {
 	bp := w.batch.plan
 	var bigs []bigJob
 	var decodes []decodeTask
@@ -159,6 +167,7 @@ func (h *hostEngine) splitJobs(w *wave, byJob map[int][]int32, stored func(*job)
 			if err != nil {
 				return err
 			}
+			b.fuse(a)
 			decodes = b.decodeTasks(len(bigs), decodes)
 			bigs = append(bigs, b)
 		}

@@ -13,6 +13,10 @@ import (
 type bigJob struct {
 	j   *job
 	ops []int32 // the ops that read it
+	// fused: each decoding task assembles the elements it decoded, while
+	// they are in its core's cache (fuse), instead of assembleTasks'
+	// tasks reading them back once the whole chunk is decoded.
+	fused bool
 	// from is the chunk's bytes where they lie (a raw chunk read in
 	// place), or nil: the chunk is decoded into its arena region (dec).
 	from []byte
@@ -86,4 +90,40 @@ func (b *bigJob) assembleTasks(bi int, a *ptx.HostAssembly, part int64, ts []asm
 		}
 	}
 	return ts
+}
+
+// fuse sets b.fused where its decoding tasks can assemble what they
+// decode: the chunk is decoded by ranges of blosc blocks that hold whole
+// elements, and every op that reads it numbers its elements in the
+// chunk's order (HostAssembly.SrcRange), so that a range of blocks is a
+// range of each op's elements.
+func (b *bigJob) fuse(a *ptx.HostAssembly) {
+	size := b.j.src.dtype.Size()
+	if b.from != nil || b.dec.payload == nil || b.dec.blockSize%size != 0 {
+		return
+	}
+	for _, op := range b.ops {
+		if _, _, ok := a.SrcRange(op, 0, 0); !ok {
+			return
+		}
+	}
+	b.fused = true
+}
+
+// assemblePiece runs, for each op of fused big job b, the elements that
+// decoding task t decoded (blocks [t.from, t.to) of its frame), on the
+// calling goroutine with scratch sc.
+func (b *bigJob) assemblePiece(a *ptx.HostAssembly, t decodeTask, sc *ptx.HostScratch) error {
+	size, bs := int64(b.j.src.dtype.Size()), int64(b.dec.blockSize)
+	lo, hi := int64(t.from)*bs/size, min(int64(t.to)*bs, int64(len(b.dec.dst)))/size
+	for _, op := range b.ops {
+		start, n, _ := a.SrcRange(op, lo, hi)
+		if n == 0 {
+			continue
+		}
+		if err := a.RunPart(op, start, n, b.j.decOff, nil, sc); err != nil {
+			return assembleError(err)
+		}
+	}
+	return nil
 }

@@ -4,7 +4,8 @@ import "time"
 
 // mapReads takes the wave's reads of mapped files out of what the IO
 // workers pread: w.mapped[i] holds the mapping read i is read from (until
-// releaseMaps). It returns the reads left to pread.
+// releaseMaps). A read of firstSight bytes or more maps its file first
+// (fileMaps.add decides). It returns the reads left to pread.
 func (s *stages) mapReads(w *wave) ([]readOp, error) {
 	w.mapped = make([]*fileMap, len(w.reads))
 	var rest []readOp
@@ -13,7 +14,11 @@ func (s *stages) mapReads(w *wave) ([]readOp, error) {
 		r := &w.reads[i]
 		if r.src.dir != nil {
 			if path, err := r.src.dir.Path(r.key); err == nil {
-				if f := s.maps.acquire(path); f != nil {
+				f := s.maps.acquire(path)
+				if f == nil && s.maps.firstSight > 0 && r.length >= s.maps.firstSight {
+					f = s.mapNow(path, r.length)
+				}
+				if f != nil {
 					w.mapped[i] = f
 					if err := checkMapped(f, r); err != nil {
 						return nil, err
@@ -55,14 +60,32 @@ func (s *stages) heatUp(reads []readOp) {
 		}
 	}
 	for _, path := range hot {
-		t := time.Now()
-		if err := s.maps.add(path); err != nil {
-			s.cfg.Logger.Debug("damacy: file not mapped; it is read into staging", "path", path, "reason", err)
-			continue
-		}
-		s.trace.span(Span{Stage: "map", Lane: "io stage", Batch: -1, Wave: -1, Start: t, End: time.Now()})
+		s.mapFile(path, 0)
 	}
 	s.stats.update(func(st *Stats) { st.MappedFileBytes = s.maps.mapped() })
+}
+
+// mapNow maps path for a read of n bytes seen for the first time, if
+// fileMaps.add takes it, and returns the mapping acquired, or nil.
+func (s *stages) mapNow(path string, n int64) *fileMap {
+	if !s.mapFile(path, n) {
+		return nil
+	}
+	s.stats.update(func(st *Stats) { st.MappedFileBytes = s.maps.mapped() })
+	return s.maps.acquire(path)
+}
+
+// mapFile asks fileMaps.add to map path (covered as add takes it),
+// tracing the mapping; a file that cannot be mapped is logged and read
+// into staging. It reports whether add returned without error.
+func (s *stages) mapFile(path string, covered int64) bool {
+	t := time.Now()
+	if err := s.maps.add(path, covered); err != nil {
+		s.cfg.Logger.Debug("damacy: file not mapped; it is read into staging", "path", path, "reason", err)
+		return false
+	}
+	s.trace.span(Span{Stage: "map", Lane: "io stage", Batch: -1, Wave: -1, Start: t, End: time.Now()})
+	return true
 }
 
 // releaseMaps gives back the mappings a wave's reads held.

@@ -30,6 +30,9 @@ func vectorRow(src, out Dtype, twin rowFunc) rowFunc {
 		switch b.ds {
 		case o:
 			mode = 0
+			if streams(b, o) {
+				mode = 3
+			}
 		case -o:
 			mode = 1
 		}
@@ -42,10 +45,25 @@ func vectorRow(src, out Dtype, twin rowFunc) rowFunc {
 	}
 }
 
+// streamBytes is the least output of a block that streams (see streams).
+const streamBytes = 256 << 10
+
+// streams reports whether block b, written forward (b.ds is the output
+// size o), goes past the caches, with non-temporal stores: only where it
+// is large (streamBytes or more: larger than a core's L2, so that it
+// would leave the caches before anything reads it, and the stores save
+// reading each line before it is written), its rows a whole number of
+// 8-element steps and every step aligned to the stores' width (8*o).
+func streams(b rowBlock, o int) bool {
+	w := 8 * o
+	return b.n%8 == 0 && b.n*b.rows*o >= streamBytes && uintptr(b.d)%uintptr(w) == 0 && b.dr%w == 0
+}
+
 // convertAVX2 converts the block b of row kind k, whose rows have at
 // least 8 elements, read contiguously (b.ss is the source size), through
 // the intensity map m unless nil (mode 0: b.ds is the output size; 1:
-// minus the output size; 2: any).
+// minus the output size; 2: any; 3: as 0, with non-temporal stores,
+// where streams(b, output size)).
 //
 //go:noescape
 func convertAVX2(k rowKind, mode int, m *[4]float32, b *rowBlock)

@@ -33,13 +33,17 @@ GLOBL rev32<>(SB), RODATA|NOPTR, $32
 #define BF16 VPSRLD $16, Y0, Y1; VPAND Y14, Y1, Y1; VPADDD Y15, Y0, Y0; VPADDD Y1, Y0, Y0; VPSRLD $16, Y0, Y0; VEXTRACTI128 $1, Y0, X1; VPACKUSDW X1, X0, X0
 
 // The stores put element i at DI + i*DX: all at once (FWD, DX is the
-// output size), reversed (REV, DX is minus the output size) or one at a
+// output size), all at once past the caches (NT: non-temporal stores, DI
+// aligned to their width; the loop ends with SFENCE so that they are
+// visible before whatever the caller stores next), reversed (REV, DX is minus the output size) or one at a
 // time (ONE) through R9 and R10.
 #define F32FWD VMOVUPS Y0, (DI)
 #define F32REV VPERMD Y0, Y7, Y0; VMOVUPS Y0, -28(DI)
 #define PUT2L MOVL R9, (R10); SHRQ $32, R9; ADDQ DX, R10; MOVL R9, (R10); ADDQ DX, R10
 #define F32ONE MOVQ DI, R10; VEXTRACTI128 $1, Y0, X1; VMOVQ X0, R9; PUT2L; VPEXTRQ $1, X0, R9; PUT2L; VMOVQ X1, R9; PUT2L; VPEXTRQ $1, X1, R9; PUT2L
 #define BF16FWD BF16; VMOVDQU X0, (DI)
+#define F32NT VMOVNTPS Y0, (DI)
+#define BF16NT BF16; VMOVNTDQ X0, (DI)
 #define BF16REV BF16; VPSHUFB X8, X0, X0; VMOVDQU X0, -14(DI)
 #define PUT4W MOVW R9, (R10); SHRQ $16, R9; ADDQ DX, R10; MOVW R9, (R10); SHRQ $16, R9; ADDQ DX, R10; MOVW R9, (R10); SHRQ $16, R9; ADDQ DX, R10; MOVW R9, (R10); ADDQ DX, R10
 #define BF16ONE BF16; MOVQ DI, R10; VMOVQ X0, R9; PUT4W; VPEXTRQ $1, X0, R9; PUT4W
@@ -47,8 +51,10 @@ GLOBL rev32<>(SB), RODATA|NOPTR, $32
 // LOOP is one of the loops: for each of R14 rows, from R12 and R13 on,
 // steps of 8 elements over the row's first n&^7, then, where n is not a
 // multiple of 8, one over its last 8, back BX and R8 bytes from where the
-// steps ended; the rows are dr and sr bytes apart.
-#define LOOP(name, steps, next, load, map, store) \
+// steps ended; the rows are dr and sr bytes apart. end returns.
+#define RETURN VZEROUPPER; RET
+#define FENCED SFENCE; VZEROUPPER; RET
+#define LOOP(name, steps, next, load, map, store, end) \
 name: \
 	MOVQ R12, DI; MOVQ R13, SI; MOVQ 16(AX), CX; ANDQ $-8, CX; \
 steps: \
@@ -60,7 +66,7 @@ steps: \
 next: \
 	ADDQ 48(AX), R12; ADDQ 56(AX), R13; \
 	DECQ R14; JNZ name; \
-	VZEROUPPER; RET
+	end
 
 // KINDS jumps to the loop of row kind R9 (0 to 5) among six.
 #define KINDS(a, b, c, d, e, f) CMPQ R9, $1; JLT a; JEQ b; CMPQ R9, $3; JLT c; JEQ d; CMPQ R9, $5; JLT e; JMP f
@@ -99,7 +105,10 @@ consts:
 	MOVQ     mode+8(FP), CX
 	CMPQ     CX, $1
 	JEQ      rev
-	JGT      one
+	CMPQ     CX, $2
+	JEQ      one
+	CMPQ     CX, $3
+	JEQ      nt
 	CMPQ     m+16(FP), $0
 	JNE      fwdmap
 	KINDS(u8f32, u16f32, i16f32, u8bf16, u16bf16, i16bf16)
@@ -121,6 +130,16 @@ revmap:
 	MOVBQZX k+0(FP), R9
 	KINDS(u8f32rm, u16f32rm, i16f32rm, u8bf16rm, u16bf16rm, i16bf16rm)
 
+nt:
+	CMPQ m+16(FP), $0
+	JNE  ntmap
+	KINDS(u8f32n, u16f32n, i16f32n, u8bf16n, u16bf16n, i16bf16n)
+
+ntmap:
+	MAPPED
+	MOVBQZX k+0(FP), R9
+	KINDS(u8f32nm, u16f32nm, i16f32nm, u8bf16nm, u16bf16nm, i16bf16nm)
+
 one:
 	CMPQ m+16(FP), $0
 	JNE  onemap
@@ -131,39 +150,51 @@ onemap:
 	MOVBQZX k+0(FP), R9
 	KINDS(u8f32om, u16f32om, i16f32om, u8bf16om, u16bf16om, i16bf16om)
 
-	LOOP(u8f32, u8f32_steps, u8f32_next, LDU8, NOMAP, F32FWD)
-	LOOP(u16f32, u16f32_steps, u16f32_next, LDU16, NOMAP, F32FWD)
-	LOOP(i16f32, i16f32_steps, i16f32_next, LDI16, NOMAP, F32FWD)
-	LOOP(u8bf16, u8bf16_steps, u8bf16_next, LDU8, NOMAP, BF16FWD)
-	LOOP(u16bf16, u16bf16_steps, u16bf16_next, LDU16, NOMAP, BF16FWD)
-	LOOP(i16bf16, i16bf16_steps, i16bf16_next, LDI16, NOMAP, BF16FWD)
-	LOOP(u8f32m, u8f32m_steps, u8f32m_next, LDU8, MAP, F32FWD)
-	LOOP(u16f32m, u16f32m_steps, u16f32m_next, LDU16, MAP, F32FWD)
-	LOOP(i16f32m, i16f32m_steps, i16f32m_next, LDI16, MAP, F32FWD)
-	LOOP(u8bf16m, u8bf16m_steps, u8bf16m_next, LDU8, MAP, BF16FWD)
-	LOOP(u16bf16m, u16bf16m_steps, u16bf16m_next, LDU16, MAP, BF16FWD)
-	LOOP(i16bf16m, i16bf16m_steps, i16bf16m_next, LDI16, MAP, BF16FWD)
-	LOOP(u8f32r, u8f32r_steps, u8f32r_next, LDU8, NOMAP, F32REV)
-	LOOP(u16f32r, u16f32r_steps, u16f32r_next, LDU16, NOMAP, F32REV)
-	LOOP(i16f32r, i16f32r_steps, i16f32r_next, LDI16, NOMAP, F32REV)
-	LOOP(u8bf16r, u8bf16r_steps, u8bf16r_next, LDU8, NOMAP, BF16REV)
-	LOOP(u16bf16r, u16bf16r_steps, u16bf16r_next, LDU16, NOMAP, BF16REV)
-	LOOP(i16bf16r, i16bf16r_steps, i16bf16r_next, LDI16, NOMAP, BF16REV)
-	LOOP(u8f32rm, u8f32rm_steps, u8f32rm_next, LDU8, MAP, F32REV)
-	LOOP(u16f32rm, u16f32rm_steps, u16f32rm_next, LDU16, MAP, F32REV)
-	LOOP(i16f32rm, i16f32rm_steps, i16f32rm_next, LDI16, MAP, F32REV)
-	LOOP(u8bf16rm, u8bf16rm_steps, u8bf16rm_next, LDU8, MAP, BF16REV)
-	LOOP(u16bf16rm, u16bf16rm_steps, u16bf16rm_next, LDU16, MAP, BF16REV)
-	LOOP(i16bf16rm, i16bf16rm_steps, i16bf16rm_next, LDI16, MAP, BF16REV)
-	LOOP(u8f32o, u8f32o_steps, u8f32o_next, LDU8, NOMAP, F32ONE)
-	LOOP(u16f32o, u16f32o_steps, u16f32o_next, LDU16, NOMAP, F32ONE)
-	LOOP(i16f32o, i16f32o_steps, i16f32o_next, LDI16, NOMAP, F32ONE)
-	LOOP(u8bf16o, u8bf16o_steps, u8bf16o_next, LDU8, NOMAP, BF16ONE)
-	LOOP(u16bf16o, u16bf16o_steps, u16bf16o_next, LDU16, NOMAP, BF16ONE)
-	LOOP(i16bf16o, i16bf16o_steps, i16bf16o_next, LDI16, NOMAP, BF16ONE)
-	LOOP(u8f32om, u8f32om_steps, u8f32om_next, LDU8, MAP, F32ONE)
-	LOOP(u16f32om, u16f32om_steps, u16f32om_next, LDU16, MAP, F32ONE)
-	LOOP(i16f32om, i16f32om_steps, i16f32om_next, LDI16, MAP, F32ONE)
-	LOOP(u8bf16om, u8bf16om_steps, u8bf16om_next, LDU8, MAP, BF16ONE)
-	LOOP(u16bf16om, u16bf16om_steps, u16bf16om_next, LDU16, MAP, BF16ONE)
-	LOOP(i16bf16om, i16bf16om_steps, i16bf16om_next, LDI16, MAP, BF16ONE)
+	LOOP(u8f32, u8f32_steps, u8f32_next, LDU8, NOMAP, F32FWD, RETURN)
+	LOOP(u16f32, u16f32_steps, u16f32_next, LDU16, NOMAP, F32FWD, RETURN)
+	LOOP(i16f32, i16f32_steps, i16f32_next, LDI16, NOMAP, F32FWD, RETURN)
+	LOOP(u8bf16, u8bf16_steps, u8bf16_next, LDU8, NOMAP, BF16FWD, RETURN)
+	LOOP(u16bf16, u16bf16_steps, u16bf16_next, LDU16, NOMAP, BF16FWD, RETURN)
+	LOOP(i16bf16, i16bf16_steps, i16bf16_next, LDI16, NOMAP, BF16FWD, RETURN)
+	LOOP(u8f32m, u8f32m_steps, u8f32m_next, LDU8, MAP, F32FWD, RETURN)
+	LOOP(u16f32m, u16f32m_steps, u16f32m_next, LDU16, MAP, F32FWD, RETURN)
+	LOOP(i16f32m, i16f32m_steps, i16f32m_next, LDI16, MAP, F32FWD, RETURN)
+	LOOP(u8bf16m, u8bf16m_steps, u8bf16m_next, LDU8, MAP, BF16FWD, RETURN)
+	LOOP(u16bf16m, u16bf16m_steps, u16bf16m_next, LDU16, MAP, BF16FWD, RETURN)
+	LOOP(i16bf16m, i16bf16m_steps, i16bf16m_next, LDI16, MAP, BF16FWD, RETURN)
+	LOOP(u8f32r, u8f32r_steps, u8f32r_next, LDU8, NOMAP, F32REV, RETURN)
+	LOOP(u16f32r, u16f32r_steps, u16f32r_next, LDU16, NOMAP, F32REV, RETURN)
+	LOOP(i16f32r, i16f32r_steps, i16f32r_next, LDI16, NOMAP, F32REV, RETURN)
+	LOOP(u8bf16r, u8bf16r_steps, u8bf16r_next, LDU8, NOMAP, BF16REV, RETURN)
+	LOOP(u16bf16r, u16bf16r_steps, u16bf16r_next, LDU16, NOMAP, BF16REV, RETURN)
+	LOOP(i16bf16r, i16bf16r_steps, i16bf16r_next, LDI16, NOMAP, BF16REV, RETURN)
+	LOOP(u8f32rm, u8f32rm_steps, u8f32rm_next, LDU8, MAP, F32REV, RETURN)
+	LOOP(u16f32rm, u16f32rm_steps, u16f32rm_next, LDU16, MAP, F32REV, RETURN)
+	LOOP(i16f32rm, i16f32rm_steps, i16f32rm_next, LDI16, MAP, F32REV, RETURN)
+	LOOP(u8bf16rm, u8bf16rm_steps, u8bf16rm_next, LDU8, MAP, BF16REV, RETURN)
+	LOOP(u16bf16rm, u16bf16rm_steps, u16bf16rm_next, LDU16, MAP, BF16REV, RETURN)
+	LOOP(i16bf16rm, i16bf16rm_steps, i16bf16rm_next, LDI16, MAP, BF16REV, RETURN)
+	LOOP(u8f32o, u8f32o_steps, u8f32o_next, LDU8, NOMAP, F32ONE, RETURN)
+	LOOP(u16f32o, u16f32o_steps, u16f32o_next, LDU16, NOMAP, F32ONE, RETURN)
+	LOOP(i16f32o, i16f32o_steps, i16f32o_next, LDI16, NOMAP, F32ONE, RETURN)
+	LOOP(u8bf16o, u8bf16o_steps, u8bf16o_next, LDU8, NOMAP, BF16ONE, RETURN)
+	LOOP(u16bf16o, u16bf16o_steps, u16bf16o_next, LDU16, NOMAP, BF16ONE, RETURN)
+	LOOP(i16bf16o, i16bf16o_steps, i16bf16o_next, LDI16, NOMAP, BF16ONE, RETURN)
+	LOOP(u8f32om, u8f32om_steps, u8f32om_next, LDU8, MAP, F32ONE, RETURN)
+	LOOP(u16f32om, u16f32om_steps, u16f32om_next, LDU16, MAP, F32ONE, RETURN)
+	LOOP(i16f32om, i16f32om_steps, i16f32om_next, LDI16, MAP, F32ONE, RETURN)
+	LOOP(u8bf16om, u8bf16om_steps, u8bf16om_next, LDU8, MAP, BF16ONE, RETURN)
+	LOOP(u16bf16om, u16bf16om_steps, u16bf16om_next, LDU16, MAP, BF16ONE, RETURN)
+	LOOP(i16bf16om, i16bf16om_steps, i16bf16om_next, LDI16, MAP, BF16ONE, RETURN)
+	LOOP(u8f32n, u8f32n_steps, u8f32n_next, LDU8, NOMAP, F32NT, FENCED)
+	LOOP(u16f32n, u16f32n_steps, u16f32n_next, LDU16, NOMAP, F32NT, FENCED)
+	LOOP(i16f32n, i16f32n_steps, i16f32n_next, LDI16, NOMAP, F32NT, FENCED)
+	LOOP(u8bf16n, u8bf16n_steps, u8bf16n_next, LDU8, NOMAP, BF16NT, FENCED)
+	LOOP(u16bf16n, u16bf16n_steps, u16bf16n_next, LDU16, NOMAP, BF16NT, FENCED)
+	LOOP(i16bf16n, i16bf16n_steps, i16bf16n_next, LDI16, NOMAP, BF16NT, FENCED)
+	LOOP(u8f32nm, u8f32nm_steps, u8f32nm_next, LDU8, MAP, F32NT, FENCED)
+	LOOP(u16f32nm, u16f32nm_steps, u16f32nm_next, LDU16, MAP, F32NT, FENCED)
+	LOOP(i16f32nm, i16f32nm_steps, i16f32nm_next, LDI16, MAP, F32NT, FENCED)
+	LOOP(u8bf16nm, u8bf16nm_steps, u8bf16nm_next, LDU8, MAP, BF16NT, FENCED)
+	LOOP(u16bf16nm, u16bf16nm_steps, u16bf16nm_next, LDU16, MAP, BF16NT, FENCED)
+	LOOP(i16bf16nm, i16bf16nm_steps, i16bf16nm_next, LDI16, MAP, BF16NT, FENCED)

@@ -118,3 +118,66 @@ func TestVectorRow(t *testing.T) {
 }
 
 func abs(x int) int { return max(x, -x) }
+
+// TestVectorRowStreams runs the row loops on blocks large enough to take
+// the non-temporal stores (streams), aligned and not, with and without
+// intensity maps, and compares them with the portable loops bit for bit,
+// the bytes between the rows untouched.
+func TestVectorRowStreams(t *testing.T) {
+	rng := newRand(t)
+	for _, src := range []Dtype{Uint8, Uint16, Int16} {
+		for _, out := range []Dtype{Float32, BFloat16} {
+			fast := rowFuncOf(src, out)
+			twin := floatRow[uint8](out)
+			switch src {
+			case Uint16:
+				twin = floatRow[uint16](out)
+			case Int16:
+				twin = floatRow[int16](out)
+			}
+			isz, osz := src.Size(), out.Size()
+			for _, c := range []struct {
+				n, pad, shift int // row length, output elements between rows, output start past alignment (bytes)
+				wantStream    bool
+			}{
+				{256, 0, 0, true}, {512, 8, 0, true}, {256, 16, 0, true},
+				{256, 0, osz, false}, {252, 4, 0, false}, {256, 1, 0, false},
+			} {
+				for _, mapped := range []bool{false, true} {
+					var h hostOp
+					if mapped {
+						tf := must(Identity().WithIntensity(randomIntensity(rng)))
+						h.intensity = &tf
+					}
+					rows := streamBytes/(c.n*osz) + 3
+					raw := make([]byte, rows*c.n*isz)
+					for i := range raw {
+						raw[i] = byte(rng.Uint32())
+					}
+					dr := c.n + c.pad
+					span := rows*dr*osz + 64
+					got, want := bytes.Repeat([]byte{poison}, span+64), bytes.Repeat([]byte{poison}, span+64)
+					at := func(buf []byte) unsafe.Pointer {
+						off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64
+						return unsafe.Pointer(&buf[off+c.shift])
+					}
+					b := rowBlock{s: unsafe.Pointer(&raw[0]), n: c.n, rows: rows, ds: osz, ss: isz, dr: dr * osz, sr: c.n * isz}
+					b.d = at(got)
+					if s := streams(b, osz); s != c.wantStream {
+						t.Fatalf("%v -> %v, %+v: streams = %v", src, out, c, s)
+					}
+					fast(&h, b)
+					b.d = at(want)
+					twin(&h, b)
+					if !bytes.Equal(got, want) {
+						i := 0
+						for got[i] == want[i] {
+							i++
+						}
+						t.Fatalf("%v -> %v, %+v, map %v: byte %d = %#x, want %#x", src, out, c, mapped, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}

@@ -161,6 +161,65 @@ func (a *HostAssembly) Elems(i int32) int64 {
 	return a.ops[i].elems
 }
 
+// SrcRange returns the elements of op i, numbered as RunPart numbers
+// them, whose source lies in elements [lo, hi) of its chunk:
+// [start, start+n). They are one range when the chunk is in C order, as
+// the box's elements are numbered; ok is false for a chunk in another
+// order, a fill op or an index out of range. A chunk decoded a range of
+// it at a time can so have each range's elements assembled as soon as
+// they are decoded.
+func (a *HostAssembly) SrcRange(i int32, lo, hi int64) (start, n int64, ok bool) {
+	if i < 0 || int(i) >= len(a.ops) {
+		return 0, 0, false
+	}
+	h := &a.ops[i]
+	if h.chunk == nil || !h.cOrder() {
+		return 0, 0, false
+	}
+	start = h.below(lo)
+	return start, max(h.below(hi)-start, 0), true
+}
+
+// cOrder reports whether the op's chunk strides are C order.
+func (h *hostOp) cOrder() bool {
+	st := int64(1)
+	for d := h.rank - 1; d >= 0; d-- {
+		if int64(h.op.SrcStride[d]) != st {
+			return false
+		}
+		st *= int64(h.op.SrcShape[d])
+	}
+	return true
+}
+
+// below returns how many elements of the op's box lie before element x
+// of its chunk (in C order; cOrder): a box element's chunk index is below
+// x when, at the first axis where their coordinates differ, the box
+// element's is smaller.
+func (h *hostOp) below(x int64) int64 {
+	op := h.op
+	var count int64
+	rest := h.elems
+	for d := range h.rank {
+		e, st := int64(op.Extent[d]), int64(op.SrcStride[d])
+		if e == 0 {
+			return 0
+		}
+		rest /= e
+		c := x / st
+		x -= c * st
+		switch rel := c - int64(op.SrcStart[d]); {
+		case rel < 0:
+			return count
+		case rel >= e:
+			return count + e*rest
+		default:
+			count += rel * rest
+		}
+	}
+	return count
+}
+
 // RunPart is Run of elements [start, start+n) of op i, in the C order of
 // its box: the parts of an op write disjoint output elements, so
 // goroutines may run disjoint parts of one op at once, and its parts
