@@ -17,6 +17,10 @@ until the next iteration:
     step(x)                       # a reduction over the whole batch on the GPU
     b.release(torch.cuda.current_stream())
 
+Without a GPU (torch sees none) the batches are host memory, from the host
+engine, and the step reads one element of each 4 KiB page of the batch, so
+that the cores stay the loader's (as zarrs_compare.py's peer only decodes).
+
 Throughput is reported as damacy bench reports it: output-tensor bytes /
 wall time of the measured batches (after the warm-up batches), the consumer's
 stream synchronised at the end; start-up is the time from Pipeline() to the
@@ -76,6 +80,8 @@ def shm_files():
 
 
 def gpu_used(device):
+    if device.type != "cuda":
+        return 0
     free, total = torch.cuda.mem_get_info(device)
     return total - free
 
@@ -83,7 +89,7 @@ def gpu_used(device):
 class Soak:
     """Samples memory, descriptors and /dev/shm every period seconds."""
 
-    def __init__(self, server_pid, device, period=10.0):
+    def __init__(self, server_pid, device, period=10.0):  # device: a GPU's
         self.server_pid, self.device, self.period = server_pid, device, period
         self.rows = []
         self.next = 0.0
@@ -125,11 +131,19 @@ def run(boxes, args, rank, world):
     t0 = time.perf_counter()
     p = damacy.Pipeline(cfg)
     t_new = time.perf_counter() - t0
-    device = torch.device("cuda", torch.cuda.current_device())
+    gpu = torch.cuda.is_available()
+    device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
     acc = torch.zeros((), dtype=torch.float32, device=device)
 
     def step(x):
-        acc.add_(x.sum(dtype=torch.float32))
+        if gpu:
+            acc.add_(x.sum(dtype=torch.float32))
+        else:  # one element a page: the cores stay the loader's
+            acc.add_(x.reshape(-1)[:: 4096 // elem].sum(dtype=torch.float32))
+
+    def sync():
+        if gpu:
+            torch.cuda.synchronize()
 
     soak = Soak(p.server_info["pid"], device) if args.duration else None
     out_bytes = 0
@@ -144,7 +158,7 @@ def run(boxes, args, rank, world):
         total = warmup + (measured if not args.duration else 1 << 62)
         for i in range(total):
             if i == warmup:
-                torch.cuda.synchronize()
+                sync()
                 if world > 1:
                     import torch.distributed as dist
                     dist.barrier()
@@ -156,19 +170,19 @@ def run(boxes, args, rank, world):
                 t_first = time.perf_counter() - t0
             x = torch.from_dlpack(b)
             step(x)
-            b.release(torch.cuda.current_stream())
+            b.release(torch.cuda.current_stream() if gpu else None)
             if start is not None:
                 out_bytes += x.shape[0] * per_sample
                 batches += 1
                 if soak:
                     soak.maybe(time.perf_counter() - start, batches)
-        torch.cuda.synchronize()
+        sync()
         wall = time.perf_counter() - start
         del x
     finally:
         p.close()
     res = {
-        "rank": rank, "device": str(device), "gpu": torch.cuda.get_device_name(device),
+        "rank": rank, "device": str(device), "gpu": torch.cuda.get_device_name(device) if gpu else None,
         "dtype": dtype, "batch_size": bs, "batches": batches, "wall_s": wall,
         "output_gbps": out_bytes / wall / GB, "samples_per_s": batches * bs / wall,
         "startup_s": t_first, "pipeline_new_s": t_new, "checksum": float(acc.item()),
