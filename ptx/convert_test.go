@@ -31,13 +31,7 @@ func TestVectorRow(t *testing.T) {
 				t.Fatalf("%v -> %v: row kind %d, %v, sizes %d, %d", src, out, k, ok, in, o)
 			}
 			fast := rowFuncOf(src, out)
-			twin := floatRow[uint8](out)
-			switch src {
-			case Uint16:
-				twin = floatRow[uint16](out)
-			case Int16:
-				twin = floatRow[int16](out)
-			}
+			twin := portableRow(src, out)
 			isz, osz := src.Size(), out.Size()
 			for n := 0; n <= 70; n++ {
 				for _, ds := range []int{1, -1, 3, -2, 130} {
@@ -128,13 +122,7 @@ func TestVectorRowStreams(t *testing.T) {
 	for _, src := range []Dtype{Uint8, Uint16, Int16} {
 		for _, out := range []Dtype{Float32, BFloat16} {
 			fast := rowFuncOf(src, out)
-			twin := floatRow[uint8](out)
-			switch src {
-			case Uint16:
-				twin = floatRow[uint16](out)
-			case Int16:
-				twin = floatRow[int16](out)
-			}
+			twin := portableRow(src, out)
 			isz, osz := src.Size(), out.Size()
 			for _, c := range []struct {
 				n, pad, shift int // row length, output elements between rows, output start past alignment (bytes)
@@ -180,4 +168,16 @@ func TestVectorRowStreams(t *testing.T) {
 			}
 		}
 	}
+}
+
+// portableRow is the portable row loop of a row kind's source type src
+// into out, the vector loop's twin.
+func portableRow(src, out Dtype) rowFunc {
+	switch src {
+	case Uint16:
+		return floatRow[uint16](out)
+	case Int16:
+		return floatRow[int16](out)
+	}
+	return floatRow[uint8](out)
 }
