@@ -255,7 +255,9 @@ def test_example(example, args, binary, tmp_path):
     samples, epochs = int(args[args.index("--samples") + 1]), int(args[args.index("--epochs") + 1])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", args[0], str(PYDIR / "examples" / example)]
     cmd += [*args[1:], "--data", str(tmp_path / "data")]
-    r = subprocess.run(cmd, env=child_env(), cwd=tmp_path, capture_output=True, text=True, timeout=1100)
+    # TMPDIR: torchrun's log directories (torchelastic_*) stay in tmp_path.
+    env = dict(child_env(), TMPDIR=str(tmp_path))
+    r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=1100)
     assert r.returncode == 0, f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout}\n{r.stderr[-6000:]}"
     seen = re.findall(r"^epoch (\d+): (\d+) crops on (\d+) ranks", r.stdout, re.M)
     assert seen == [(str(e), str(samples), str(ranks)) for e in range(epochs)], r.stdout

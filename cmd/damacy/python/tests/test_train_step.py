@@ -83,7 +83,8 @@ def run_peer(tmp_path, *extra: str, timeout: int = 600):
     cmd = [sys.executable, str(PEER), "--data", str(tmp_path / "data"), "--scenario", str(scenario),
            "--device", "cpu", "--models", "small", "--warmup", "2", "--batch-size", "2",
            "--box", "16", "--workers", "1", "--lr", "1e-2", "--json", str(out), *extra]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    # TMPDIR: torchrun's log directories (torchelastic_*) stay in tmp_path.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TMPDIR=str(tmp_path))
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr[-6000:]}"
     return json.loads(out.read_text()), r.stdout
@@ -130,7 +131,7 @@ def test_rank_killed_leaves_no_server(serve_binary, torch_monai_zarr, tmp_path):
     other rank's loader stops with it, and no damacy server is left."""
     scenario = tmp_path / "tiny.json"
     scenario.write_text(json.dumps(TINY))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TMPDIR=str(tmp_path))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(PEER),
            "--data", str(tmp_path / "data"), "--scenario", str(scenario), "--device=cpu", "--steps=100000",
            "--warmup=2", "--batch-size=2", "--box=16", "--one", "damacy,small"]

@@ -38,7 +38,8 @@ def torch_and_zarr() -> None:
 
 def run(cmd: List[str], cwd: Path, timeout: int) -> List[float]:
     """Run the example; the losses it printed, per step in order."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    # TMPDIR: torchrun's log directories (torchelastic_*) stay in cwd.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TMPDIR=str(cwd))
     r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout}\n{r.stderr[-6000:]}"
     steps = re.findall(r"^step (\d+): loss (\S+)$", r.stdout, re.M)
