@@ -146,7 +146,7 @@ func (a *Augment) checked(srcs []Source) (*Augment, error) {
 	if a.Clip && !(a.ClipLow <= a.ClipHigh) {
 		return bad("ClipLow", a.ClipLow, fmt.Sprintf("want ClipLow <= ClipHigh (%v)", a.ClipHigh))
 	}
-	if a.intensity() && len(a.IntensitySources) == 0 && srcs[0].Dtype.IsInteger() {
+	if a.HasIntensity() && len(a.IntensitySources) == 0 && srcs[0].Dtype.IsInteger() {
 		return bad("IntensitySources", "[]", fmt.Sprintf("the first source, %q, has an integer output (%v): name the float sources to transform", srcs[0].Name, srcs[0].Dtype))
 	}
 	for _, name := range a.IntensitySources {
@@ -167,8 +167,9 @@ func (a *Augment) checked(srcs []Source) (*Augment, error) {
 	return &c, nil
 }
 
-// intensity reports whether a has an intensity transform.
-func (a *Augment) intensity() bool {
+// HasIntensity reports whether a has an intensity transform (Scale,
+// Offset, Std or Clip set).
+func (a *Augment) HasIntensity() bool {
 	return a.Scale != [2]float64{} || a.Offset != [2]float64{} || a.Std != 0 || a.Clip
 }
 
@@ -206,7 +207,7 @@ func (a *Augment) draw(shape []int, s uint64) Transform {
 		t.Perm[j], t.Flip[j] = int(k.Perm[j]), k.Flips>>j&1 != 0
 	}
 	t.noIntensity()
-	if a.intensity() {
+	if a.HasIntensity() {
 		t.Intensity = true
 		scale := a.Scale[0] + rng.Float64()*(a.Scale[1]-a.Scale[0])
 		if a.Scale == [2]float64{} {

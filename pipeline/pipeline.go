@@ -175,7 +175,7 @@ func startLanes(cfg Config, lanes []*lane) (*Pipeline, error) {
 	if a := cfg.Augment; a != nil {
 		p.intensity = make([]bool, len(lanes))
 		for i, l := range lanes {
-			p.intensity[i] = a.intensity() && (slices.Contains(a.IntensitySources, l.src.Name) || (len(a.IntensitySources) == 0 && i == 0))
+			p.intensity[i] = a.HasIntensity() && (slices.Contains(a.IntensitySources, l.src.Name) || (len(a.IntensitySources) == 0 && i == 0))
 		}
 	}
 	if len(cfg.SampleShape) > 0 {

@@ -78,18 +78,12 @@ func (s *runSource) pipelineSource() pipeline.Source {
 func (sc *Scenario) intensitySources() []string {
 	a := sc.Run.Config.Augment
 	switch {
-	case a == nil || !hasIntensity(a):
+	case a == nil || !a.HasIntensity():
 		return nil
 	case len(a.IntensitySources) > 0:
 		return a.IntensitySources
 	}
 	return []string{sc.sources()[0].name}
-}
-
-// hasIntensity reports whether a has an intensity transform, as the
-// pipeline decides it (pipeline.Augment: scale, offset, std or clip).
-func hasIntensity(a *pipeline.Augment) bool {
-	return a.Scale != [2]float64{} || a.Offset != [2]float64{} || a.Std != 0 || a.Clip
 }
 
 // augmentFor is run.config.augment, whose axes are the image's, as the
@@ -311,7 +305,7 @@ func (a *AugmentReport) String() string {
 	if a.Augment.Clip {
 		parts = append(parts, fmt.Sprintf("clip %g..%g", a.ClipLow, a.ClipHigh))
 	}
-	if len(a.IntensitySources) > 0 && hasIntensity(&a.Augment) {
+	if len(a.IntensitySources) > 0 && a.Augment.HasIntensity() {
 		parts = append(parts, "intensity on "+strings.Join(a.IntensitySources, ", "))
 	}
 	return strings.Join(parts, ", ") + fmt.Sprintf(" (seed %d)", a.Seed)
