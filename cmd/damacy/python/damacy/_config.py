@@ -270,8 +270,9 @@ class Config:
             mapped (extra; page-locked on the CUDA engine, so that the GPU
             copies their chunks straight out of the page cache; the host
             engine decodes from the mapping), sparing the host's cores the
-            reads; files are mapped once they have been read whole, least
-            recently used first out. 0 = the default (an eighth of the
+            reads; files are mapped once they have been read whole (on the
+            host engine also at a first read of a MiB or more that covers a
+            quarter of the file), least recently used first out. 0 = the default (an eighth of the
             host's memory, at most 16 GiB); -1 = none.
         sources: The arrays read for each sample (extra), one tensor each
             per batch (:class:`Source`, or dicts of its arguments). Empty
