@@ -127,7 +127,7 @@ def run(boxes, args, rank, world):
         per_sample *= int(n)
 
     extra = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.set)}
-    cfg = damacy.Config(batch_size=bs, host_buffer_bytes=0, device_buffer_bytes=0, dtype=dtype, **extra)
+    cfg = damacy.Config(batch_size=bs, host_buffer_bytes=0, device_buffer_bytes=0, dtype=dtype, engine=args.engine, **extra)
     t0 = time.perf_counter()
     p = damacy.Pipeline(cfg)
     t_new = time.perf_counter() - t0
@@ -203,6 +203,7 @@ def main():
     ap.add_argument("--duration", type=float, default=0, help="run the measured batches this many seconds (a soak)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=N",
                     help="set an integer Config field (to compare with the defaults, which the targets use)")
+    ap.add_argument("--engine", choices=("cuda", "host"), help="Config.engine (default: the package's)")
     ap.add_argument("--json", action="store_true", help="write the result as JSON")
     args = ap.parse_args()
     with open(args.boxes) as f:

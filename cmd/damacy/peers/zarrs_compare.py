@@ -17,6 +17,11 @@ that warms the page cache:
   chunk, 4 per batch, float32 out, the default Config); its rate of the
   boxes' bytes in the source dtype (uint16), i.e. the same voxels per second.
 
+With --python (the damacy package installed, or on PYTHONPATH), each
+engine is also read through the Python package: python_front.py over the
+same boxes (``--boxes-out`` of one more bench run), ``Config(engine=E)``,
+its output rate turned into the same uint16 voxels per second.
+
 Each figure is the best of --repeats runs (and the median is kept in the
 JSON). zarrs_tools is built with ``cargo install zarrs_tools@0.7.1 --locked
 --no-default-features --features benchmark,binary2zarr`` (0.7.1 is the
@@ -62,6 +67,28 @@ def damacy_gbps(damacy: str, scenario: str, data: str, engine: str) -> Dict[str,
     return {"gbps": r["source_gbps"], "engine": r["engine"], "decoder": r["decoder"], "cores": r["cpu_ns"] / r["wall_ns"]}
 
 
+def python_gbps(damacy: str, scenario: str, data: str, engine: str, boxes: str) -> float:
+    """One python_front.py run over the boxes a bench run wrote (the
+    package's own server, Config(engine=engine)): its GB/s of uint16
+    voxels (the output rate times 2 / the output's element size)."""
+    if not os.path.exists(boxes):
+        subprocess.run(
+            [damacy, "bench", "--json", "--ceilings=false", "--engine", engine, "--data", data, "--boxes-out", boxes, scenario],
+            capture_output=True, check=True,
+        )
+    front = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_front.py")
+    env = dict(os.environ)
+    if os.sep in damacy:  # a binary by path serves the package too; else the package's own
+        env["DAMACY_BINARY"] = os.path.abspath(damacy)
+    out = subprocess.run(
+        [sys.executable, front, boxes, "--engine", engine, "--json"], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    r = json.loads(out)
+    r = r[0] if isinstance(r, list) else r
+    elem = 2 if r["dtype"] == "bf16" else 4
+    return r["output_gbps"] * 2 / elem
+
+
 def best_and_median(values: List[float]) -> Dict[str, float]:
     return {"best": max(values), "median": statistics.median(values), "runs": values}
 
@@ -75,6 +102,7 @@ def main() -> None:
     ap.add_argument("--engines", default="host,cuda")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--concurrent-chunks", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--python", action="store_true", help="also read through the Python package (python_front.py)")
     ap.add_argument("--json", help="write the rows here too")
     args = ap.parse_args()
     rows = []
@@ -91,9 +119,15 @@ def main() -> None:
             runs = [damacy_gbps(args.damacy, scenario, data, engine) for _ in range(args.repeats)]
             row[engine] = best_and_median([r["gbps"] for r in runs])
             row[engine].update(decoder=runs[0]["decoder"], cores=max(r["cores"] for r in runs))
+            if args.python:
+                boxes = os.path.join(data, f"boxes-{engine}.json")
+                py = [python_gbps(args.damacy, scenario, data, engine, boxes) for _ in range(args.repeats)]
+                row[engine + "-python"] = best_and_median(py)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     engines = args.engines.split(",")
+    if args.python:
+        engines = [x for e in engines for x in (e, e + "-python")]
     print(f"| array | zarrs GB/s | {' | '.join(f'damacy {e} GB/s | of zarrs' for e in engines)} |")
     print("|---|---|" + "---|---|" * len(engines))
     for row in rows:
