@@ -217,11 +217,23 @@ def main():
     res = run(boxes, args, rank, world)
     if world > 1:
         import torch.distributed as dist
-        every = [None] * world
-        dist.all_gather_object(every, res)
+        # Each rank's result through a file beside the boxes (the ranks share
+        # a host) and a barrier, not all_gather_object: its tensors have
+        # Python objects, and a gloo worker thread may free them after the
+        # process has begun to exit, which aborts it.
+        path = f"{args.boxes}.rank{rank}.json"
+        with open(path + ".tmp", "w") as f:
+            json.dump(res, f)
+        os.replace(path + ".tmp", path)
+        dist.barrier()
         dist.destroy_process_group()
         if rank != 0:
             return
+        every = []
+        for r in range(world):
+            with open(f"{args.boxes}.rank{r}.json") as f:
+                every.append(json.load(f))
+            os.remove(f"{args.boxes}.rank{r}.json")
         wall = max(r["wall_s"] for r in every)
         total = sum(r["output_gbps"] * r["wall_s"] for r in every) / wall
         res = {"ranks": every, "world": world, "output_gbps": total, "wall_s": wall}

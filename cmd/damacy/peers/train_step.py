@@ -410,11 +410,32 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
         )
     feed.close()
     if distributed:
-        rows: List[Any] = [None] * world
-        dist.all_gather_object(rows, info)
+        rows = gather_rows(dist, args.data, f".rows-{mode}-{model_name}", rank, world, info)
         dist.destroy_process_group()
-        return rows if rank == 0 else []
+        return rows
     return [info]
+
+
+def gather_rows(dist: Any, folder: str, tag: str, rank: int, world: int, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Every rank's row on rank 0 (the others get []), through files in
+    folder (the ranks share a host) and a barrier. Not all_gather_object:
+    its tensors have Python objects, and a gloo worker thread may free them
+    after the process has begun to exit, which aborts it ("terminate called
+    without an active exception": the thread cannot take the GIL then)."""
+    path = os.path.join(folder, f"{tag}.{rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(row, f)
+    os.replace(path + ".tmp", path)
+    dist.barrier()
+    if rank != 0:
+        return []
+    rows = []
+    for r in range(world):
+        other = os.path.join(folder, f"{tag}.{r}.json")
+        with open(other) as f:
+            rows.append(json.load(f))
+        os.remove(other)
+    return rows
 
 
 # -- the driver ----------------------------------------------------------------
