@@ -133,20 +133,29 @@ func (m *fileMaps) note(path string, n, size int64) bool {
 // now it does nothing (a later note tries again); a file that cannot be
 // mapped or registered is never tried again. With covered positive, it
 // maps the file only if covered is at least a quarter of its size (a read
-// seen for the first time, see firstSight).
-func (m *fileMaps) add(path string, covered int64) error {
+// seen for the first time, see firstSight), and not a file that could
+// not be mapped before. It reports whether it mapped the file.
+func (m *fileMaps) add(path string, covered int64) (bool, error) {
+	if covered > 0 {
+		m.mu.Lock()
+		never := m.heat[path] < 0
+		m.mu.Unlock()
+		if never {
+			return false, nil
+		}
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return err
+		return false, err
 	}
 	size := fi.Size()
 	if covered > 0 && (covered < size/4 || size > m.maxFile) {
-		return nil
+		return false, nil
 	}
 	m.mu.Lock()
 	var drop []*fileMap
@@ -167,7 +176,7 @@ func (m *fileMaps) add(path string, covered int64) error {
 		m.unmap(v)
 	}
 	if !fits {
-		return nil
+		return false, nil
 	}
 	fm, err := m.mapAndRegister(path, f, fi)
 	m.mu.Lock()
@@ -175,12 +184,12 @@ func (m *fileMaps) add(path string, covered int64) error {
 	if err != nil {
 		m.used -= size
 		m.heat[path] = -1
-		return err
+		return false, err
 	}
 	delete(m.heat, path)
 	fm.elem = m.order.PushFront(fm)
 	m.files[path] = fm
-	return nil
+	return true, nil
 }
 
 func (m *fileMaps) mapAndRegister(path string, f *os.File, fi os.FileInfo) (*fileMap, error) {

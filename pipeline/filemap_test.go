@@ -64,12 +64,13 @@ func TestFileMapsFirstSight(t *testing.T) {
 	}{
 		{small, 99, false}, {small, 100, true}, {big, 1001, false}, {file("whole", 1000), 0, true},
 	} {
-		if err := m.add(c.path, c.covered); err != nil {
+		mapped, err := m.add(c.path, c.covered)
+		if err != nil {
 			t.Fatal(err)
 		}
 		f := m.acquire(c.path)
-		if (f != nil) != c.mapped {
-			t.Errorf("%s, %d bytes covered: mapped %v, want %v", filepath.Base(c.path), c.covered, f != nil, c.mapped)
+		if (f != nil) != c.mapped || mapped != c.mapped {
+			t.Errorf("%s, %d bytes covered: mapped %v (add said %v), want %v", filepath.Base(c.path), c.covered, f != nil, mapped, c.mapped)
 		}
 		if f != nil {
 			m.release(f)

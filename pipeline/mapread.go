@@ -77,15 +77,18 @@ func (s *stages) mapNow(path string, n int64) *fileMap {
 
 // mapFile asks fileMaps.add to map path (covered as add takes it),
 // tracing the mapping; a file that cannot be mapped is logged and read
-// into staging. It reports whether add returned without error.
+// into staging. It reports whether the file was mapped.
 func (s *stages) mapFile(path string, covered int64) bool {
 	t := time.Now()
-	if err := s.maps.add(path, covered); err != nil {
+	mapped, err := s.maps.add(path, covered)
+	if err != nil {
 		s.cfg.Logger.Debug("damacy: file not mapped; it is read into staging", "path", path, "reason", err)
 		return false
 	}
-	s.trace.span(Span{Stage: "map", Lane: "io stage", Batch: -1, Wave: -1, Start: t, End: time.Now()})
-	return true
+	if mapped {
+		s.trace.span(Span{Stage: "map", Lane: "io stage", Batch: -1, Wave: -1, Start: t, End: time.Now()})
+	}
+	return mapped
 }
 
 // releaseMaps gives back the mappings a wave's reads held.
