@@ -49,6 +49,9 @@ import torch
 
 import damacy
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ranks import gather_rows  # noqa: E402
+
 GB = 1e9
 
 
@@ -217,23 +220,11 @@ def main():
     res = run(boxes, args, rank, world)
     if world > 1:
         import torch.distributed as dist
-        # Each rank's result through a file beside the boxes (the ranks share
-        # a host) and a barrier, not all_gather_object: its tensors have
-        # Python objects, and a gloo worker thread may free them after the
-        # process has begun to exit, which aborts it.
-        path = f"{args.boxes}.rank{rank}.json"
-        with open(path + ".tmp", "w") as f:
-            json.dump(res, f)
-        os.replace(path + ".tmp", path)
-        dist.barrier()
+        boxes_dir = os.path.dirname(os.path.abspath(args.boxes))
+        every = gather_rows(dist, boxes_dir, os.path.basename(args.boxes) + ".rank", rank, world, res)
         dist.destroy_process_group()
         if rank != 0:
             return
-        every = []
-        for r in range(world):
-            with open(f"{args.boxes}.rank{r}.json") as f:
-                every.append(json.load(f))
-            os.remove(f"{args.boxes}.rank{r}.json")
         wall = max(r["wall_s"] for r in every)
         total = sum(r["output_gbps"] * r["wall_s"] for r in every) / wall
         res = {"ranks": every, "world": world, "output_gbps": total, "wall_s": wall}

@@ -76,6 +76,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ranks import gather_rows  # noqa: E402
+
 MEAN, STD = 16384.0, 21000.0  # the images' intensity map, as damacy's Augment and MONAI's NormalizeIntensityd apply it
 CLASSES = 4  # background and the blobs' 3 label values
 POS_FRACTION = 2 / 3  # RandCropByPosNegLabeld's pos=2, neg=1; damacy's fraction 0.67
@@ -415,27 +418,6 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
         return rows
     return [info]
 
-
-def gather_rows(dist: Any, folder: str, tag: str, rank: int, world: int, row: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """Every rank's row on rank 0 (the others get []), through files in
-    folder (the ranks share a host) and a barrier. Not all_gather_object:
-    its tensors have Python objects, and a gloo worker thread may free them
-    after the process has begun to exit, which aborts it ("terminate called
-    without an active exception": the thread cannot take the GIL then)."""
-    path = os.path.join(folder, f"{tag}.{rank}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(row, f)
-    os.replace(path + ".tmp", path)
-    dist.barrier()
-    if rank != 0:
-        return []
-    rows = []
-    for r in range(world):
-        other = os.path.join(folder, f"{tag}.{r}.json")
-        with open(other) as f:
-            rows.append(json.load(f))
-        os.remove(other)
-    return rows
 
 
 # -- the driver ----------------------------------------------------------------
