@@ -33,18 +33,25 @@ func bigChunkArrays(t *testing.T, raw bool) []string {
 		if raw && c.comp.Codec != writer.NoCompression {
 			continue
 		}
-		path := filepath.Join(dir, c.name)
-		a, err := writer.Create(path, writer.Spec{Shape: []int64{256, 256, 256}, ChunkShape: []int64{256, 256, 256},
-			DataType: zarr.Uint16, Compression: c.comp})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.WriteFrom(context.Background(), 2, writer.BenchmarkFill); err != nil {
-			t.Fatal(err)
-		}
-		paths = append(paths, path)
+		paths = append(paths, writeBenchmarkArray(t, filepath.Join(dir, c.name), writer.Spec{Shape: []int64{256, 256, 256},
+			ChunkShape: []int64{256, 256, 256}, DataType: zarr.Uint16, Compression: c.comp}))
 	}
 	return paths
+}
+
+// writeBenchmarkArray writes an array of spec at path holding the zarr
+// benchmark's values (writer.BenchmarkFill), which compress, and returns
+// path.
+func writeBenchmarkArray(t *testing.T, path string, spec writer.Spec) string {
+	t.Helper()
+	a, err := writer.Create(path, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WriteFrom(context.Background(), 2, writer.BenchmarkFill); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // TestDefaultConfigReadsBigChunks reads arrays of 32 MiB chunks with the

@@ -65,15 +65,7 @@ func prepareArrays(t *testing.T, seed uint64) []string {
 		}
 		// The zarr benchmark's values: they compress, so the blocks are
 		// not stored as they are (memcpyed, where the shuffle is moot).
-		path := filepath.Join(dir, c.name)
-		a, err := writer.Create(path, sc.spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.WriteFrom(context.Background(), 2, writer.BenchmarkFill); err != nil {
-			t.Fatal(err)
-		}
-		paths = append(paths, path)
+		paths = append(paths, writeBenchmarkArray(t, filepath.Join(dir, c.name), sc.spec))
 	}
 	return paths
 }
