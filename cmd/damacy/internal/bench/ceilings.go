@@ -133,7 +133,7 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 	}
 	if gpu && ds != nil && st.ChunksGPU > 0 {
 		t = time.Now()
-		c, share, err := nvcompDecodeOnly(rep.Device, ds, nvcompCallBytes(int64(sc.Run.Config.DeviceBufferBytes)))
+		c, share, err := nvcompDecodeOnly(rep.Device, ds, sourceCallBytes(pipelineConfig(sc)))
 		tr.span(traceRowPhases, "ceiling", "decode-only (nvcomp)", t, time.Now(), nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("decode-only (nvcomp): %w", err))

@@ -10,8 +10,6 @@ import (
 
 	"github.com/damacy-go/damacy/cmd/damacy/internal/base"
 	"github.com/damacy-go/damacy/cuda"
-	"github.com/damacy-go/damacy/internal/plan"
-	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/ptx"
 )
@@ -109,28 +107,74 @@ func h2dCeiling(size int) (c Ceiling, err error) {
 // timeOnStream runs one untimed call of f, then count timed ones between
 // two events on s, and returns the GPU time of the timed ones.
 func timeOnStream(s cuda.Stream, count int, f func() error) (time.Duration, error) {
-	start, err := cuda.NewEvent(cuda.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer start.Destroy()
-	end, err := cuda.NewEvent(cuda.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer end.Destroy()
-	if err := f(); err != nil {
-		return 0, err
-	}
-	if err := start.Record(s); err != nil {
-		return 0, err
-	}
-	for range count {
-		if err := f(); err != nil {
+	return timeOnStreams([]cuda.Stream{s}, count, func(int) error { return f() })
+}
+
+// timeOnStreams runs one untimed call of f(i) on each stream ss[i] and
+// waits for them, then count timed rounds of a call per stream, the
+// streams at once, between an event on ss[0] that the others wait for and
+// one on ss[0] after it waited for the others' last calls; it returns the
+// GPU time of the timed rounds.
+func timeOnStreams(ss []cuda.Stream, count int, f func(i int) error) (time.Duration, error) {
+	for i := range ss {
+		if err := f(i); err != nil {
 			return 0, err
 		}
 	}
-	if err := end.Record(s); err != nil {
+	for _, s := range ss {
+		if err := s.Synchronize(); err != nil {
+			return 0, err
+		}
+	}
+	var evs []*cuda.Event
+	defer func() {
+		for _, e := range evs {
+			e.Destroy()
+		}
+	}()
+	event := func(flags cuda.EventFlags) (cuda.Event, error) {
+		e, err := cuda.NewEvent(flags)
+		if err == nil {
+			evs = append(evs, &e)
+		}
+		return e, err
+	}
+	start, err := event(cuda.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	end, err := event(cuda.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	if err := start.Record(ss[0]); err != nil {
+		return 0, err
+	}
+	for _, s := range ss[1:] {
+		if err := s.WaitEvent(start); err != nil {
+			return 0, err
+		}
+	}
+	for range count {
+		for i := range ss {
+			if err := f(i); err != nil {
+				return 0, err
+			}
+		}
+	}
+	for _, s := range ss[1:] {
+		join, err := event(cuda.EventDisableTiming)
+		if err != nil {
+			return 0, err
+		}
+		if err := join.Record(s); err != nil {
+			return 0, err
+		}
+		if err := ss[0].WaitEvent(join); err != nil {
+			return 0, err
+		}
+	}
+	if err := end.Record(ss[0]); err != nil {
 		return 0, err
 	}
 	if err := end.Synchronize(); err != nil {
@@ -221,181 +265,6 @@ func assembleOnlyGPU(ab *assembleBench) (c Ceiling, err error) {
 	}, nil
 }
 
-// nvcompCallBytes is the most decoded bytes of the one batched call per
-// codec that decode-only (nvcomp) times: what the CUDA engine gives one
-// wave (half of Config.DeviceBufferBytes, so the ceiling decodes batches
-// as large as the run's), at most nvcomp.MaxZstdBatchBytes.
-func nvcompCallBytes(deviceBuffer int64) int {
-	if deviceBuffer == 0 {
-		deviceBuffer = pipeline.DefaultCUDADeviceBufferBytes
-	}
-	return int(min(deviceBuffer/2, nvcomp.MaxZstdBatchBytes))
-}
-
-// nvcompInputs are the inputs of one batched nvCOMP call: compressed
-// streams and their decoded sizes.
-type nvcompInputs struct {
-	payloads [][]byte
-	sizes    []int
-	total    int
-}
-
-func (in *nvcompInputs) add(p []byte, n int) {
-	in.payloads, in.sizes = append(in.payloads, p), append(in.sizes, n)
-	in.total += n
-}
-
-// lz4Walks reports whether every LZ4 stream of payload passes
-// nvcomp.LZ4GPUCheck, the host twin of the walk the CUDA engine runs on
-// the GPU before nvCOMP (a block it refuses the engine decodes on the CPU).
-func lz4Walks(payload []byte, streams []plan.Stream) bool {
-	for _, s := range streams {
-		if nvcomp.LZ4GPUCheck(payload[s.Src:s.Src+s.Len], s.Size) != nil {
-			return false
-		}
-	}
-	return true
-}
-
-// nvcompSample is what nvCOMP takes of a decode sample, as the CUDA
-// engine sends it (plan.NVCOMPStreams; LZ4 blocks that pass the GPU
-// check, which runs before each decode as in the engine; the CPU decodes
-// the other chunks): the inputs of the one batched call per codec that
-// decode-only (nvcomp) times, up to maxBytes decoded each, and the
-// decoded bytes of every chunk of the sample nvCOMP takes, per codec,
-// whether its call holds it or not (a chunk larger than a call it does
-// not take).
-type nvcompSample struct {
-	zs, lz              nvcompInputs
-	zstdBytes, lz4Bytes int64 // decoded bytes of the sample's chunks nvCOMP takes
-	decoded             int64 // decoded bytes of all the sample's chunks
-}
-
-func selectNVCOMP(ds *decodeSample, maxBytes int) (*nvcompSample, error) {
-	s := &nvcompSample{decoded: ds.decoded}
-	for i := range ds.refs {
-		r := &ds.refs[i]
-		rt := r.chunk.Codec.Route()
-		if !rt.Simple {
-			continue
-		}
-		p, err := r.chunk.Payload(ds.chunk(i))
-		if err != nil {
-			return nil, err
-		}
-		n := r.decodedBytes()
-		streams, zstd := plan.NVCOMPStreams(rt.Compression, p, n, nil)
-		if streams == nil || !zstd && !lz4Walks(p, streams) || n > maxBytes {
-			continue
-		}
-		in, bytes := &s.lz, &s.lz4Bytes
-		if zstd {
-			in, bytes = &s.zs, &s.zstdBytes
-		}
-		*bytes += int64(n)
-		if in.total+n > maxBytes {
-			continue
-		}
-		for _, st := range streams {
-			in.add(p[st.Src:st.Src+st.Len], st.Size)
-		}
-	}
-	return s, nil
-}
-
-// share is the part of the sample's decoded bytes that nvCOMP decodes.
-func (s *nvcompSample) share() float64 {
-	return float64(s.zstdBytes+s.lz4Bytes) / float64(max(s.decoded, 1))
-}
-
-// rate is the rate at which nvCOMP decodes the chunks it takes, given each
-// codec's rate (GB/s of decoded bytes): each codec's chunks take their
-// part of the time in their proportion in the sample (not in the calls'
-// proportion, which maxBytes may cut).
-func (s *nvcompSample) rate(zstdGBps, lz4GBps float64) float64 {
-	var secs float64
-	for _, x := range []struct {
-		bytes int64
-		gbps  float64
-	}{{s.zstdBytes, zstdGBps}, {s.lz4Bytes, lz4GBps}} {
-		if x.bytes == 0 {
-			continue
-		}
-		if x.gbps <= 0 {
-			return 0
-		}
-		secs += float64(x.bytes) / x.gbps
-	}
-	if secs == 0 {
-		return 0
-	}
-	return float64(s.zstdBytes+s.lz4Bytes) / secs
-}
-
-// nvcompDecodeOnly times nvCOMP's batched decoders over what the CUDA
-// engine sends it of the sample's chunks (selectNVCOMP): for zstd and for
-// LZ4, up to maxBytes of decoded bytes (nvcompCallBytes) in one batched
-// call repeated on one stream, with every chunk's status and size checked
-// once. The rate is that of both codecs in their proportion in the
-// sample; share is the part of the sample's decoded bytes nvCOMP takes
-// (the CPU decodes the rest), by which the caller scales the rate to
-// output bytes.
-func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes int) (c Ceiling, share float64, err error) {
-	lib, err := nvcomp.Load()
-	if err != nil {
-		return Ceiling{}, 0, err
-	}
-	sel, err := selectNVCOMP(ds, maxBytes)
-	if err != nil {
-		return Ceiling{}, 0, err
-	}
-	if sel.zs.total+sel.lz.total == 0 {
-		return Ceiling{}, 0, errors.New("no chunk of the sample is one that nvCOMP decodes")
-	}
-	ex, err := gpuExecutor(device)
-	if err != nil {
-		return Ceiling{}, 0, err
-	}
-	defer ex.Close()
-	var parts []string
-	var rates [2]float64 // zstd, LZ4
-	for i, x := range []struct {
-		alg nvcomp.Algorithm
-		in  *nvcompInputs
-	}{{nvcomp.Zstd, &sel.zs}, {nvcomp.LZ4, &sel.lz}} {
-		if x.in.total == 0 {
-			continue
-		}
-		var bytes int64
-		var el time.Duration
-		err = ex.Do(func() error {
-			var k *ptx.Kernels
-			if x.alg == nvcomp.LZ4 {
-				var err error
-				if k, err = ptx.Load(); err != nil {
-					return err
-				}
-				defer k.Unload()
-			}
-			var err error
-			bytes, el, err = nvcompTime(lib, x.alg, x.in, k)
-			return err
-		})
-		if err != nil {
-			return Ceiling{}, 0, err
-		}
-		c.Bytes += bytes
-		c.Time += el
-		rates[i] = float64(bytes) / el.Seconds() / 1e9
-		parts = append(parts, fmt.Sprintf("%s %d streams", x.alg, len(x.in.sizes)))
-	}
-	return Ceiling{
-		Name: "decode-only (nvcomp)", Of: "decoded",
-		Detail: fmt.Sprintf("%s, %s, one batched call each, %d calls", lib.Version, strings.Join(parts, " + "), nvcompCalls),
-		Bytes:  c.Bytes, Time: c.Time, GBps: sel.rate(rates[0], rates[1]), Limits: true,
-	}, sel.share(), nil
-}
-
 // gpuExecutor starts an executor on device "cuda:N".
 func gpuExecutor(device string) (*cuda.Executor, error) {
 	n, err := strconv.Atoi(strings.TrimPrefix(device, "cuda:"))
@@ -407,141 +276,4 @@ func gpuExecutor(device string) (*cuda.Executor, error) {
 		return nil, err
 	}
 	return cuda.NewExecutor(dev)
-}
-
-// nvcompCalls is how many times nvcompTime repeats its batched call.
-const nvcompCalls = 10
-
-// nvcompTime lays the inputs out in device memory, decodes them once with
-// alg and checks the statuses, then times repeated decodes: it returns the
-// bytes decoded and the time. With kernels k (LZ4), each decode is preceded
-// by the GPU check the CUDA engine runs on LZ4 blocks (ptx.LZ4Check). It
-// runs on an executor's thread.
-func nvcompTime(lib *nvcomp.Library, alg nvcomp.Algorithm, ins *nvcompInputs, k *ptx.Kernels) (bytes int64, el time.Duration, err error) {
-	payloads, sizes, total := ins.payloads, ins.sizes, ins.total
-	maxChunk := 0
-	for _, n := range sizes {
-		maxChunk = max(maxChunk, n)
-	}
-	dec, err := lib.NewDecoder(nvcomp.DecoderConfig{Algorithm: alg, MaxChunks: len(payloads), MaxChunkBytes: maxChunk, MaxTotalBytes: total})
-	if err != nil {
-		return 0, 0, err
-	}
-	defer dec.Close()
-	al := dec.Alignment()
-	// Host images of the compressed data and of the outputs' layout.
-	inOff := make([]int64, len(payloads))
-	outOff := make([]int64, len(payloads))
-	var inLen, outLen int64
-	for i, p := range payloads {
-		inOff[i] = alignUp(inLen, int64(max(al.Input, 16)))
-		inLen = inOff[i] + int64(len(p))
-		outOff[i] = alignUp(outLen, int64(max(al.Output, 16)))
-		outLen = outOff[i] + int64(sizes[i])
-	}
-	in := make([]byte, inLen)
-	for i, p := range payloads {
-		copy(in[inOff[i]:], p)
-	}
-	var bufs []*cuda.DevicePtr
-	defer func() {
-		for _, p := range bufs {
-			p.Free()
-		}
-	}()
-	alloc := func(n int) (cuda.DevicePtr, error) {
-		p, err := cuda.MemAlloc(max(n, 1))
-		if err == nil {
-			bufs = append(bufs, &p)
-		}
-		return p, err
-	}
-	dIn, err := alloc(len(in))
-	if err != nil {
-		return 0, 0, err
-	}
-	dOut, err := alloc(int(outLen))
-	if err != nil {
-		return 0, 0, err
-	}
-	n := len(payloads)
-	words := func(f func(i int) uint64) []byte {
-		b := make([]byte, 8*n)
-		for i := range n {
-			binary.NativeEndian.PutUint64(b[8*i:], f(i))
-		}
-		return b
-	}
-	arrays := [][]byte{
-		words(func(i int) uint64 { return uint64(dIn) + uint64(inOff[i]) }),
-		words(func(i int) uint64 { return uint64(len(payloads[i])) }),
-		words(func(i int) uint64 { return uint64(dOut) + uint64(outOff[i]) }),
-		words(func(i int) uint64 { return uint64(sizes[i]) }),
-	}
-	var dArr [4]cuda.DevicePtr
-	for k, a := range arrays {
-		if dArr[k], err = alloc(len(a)); err != nil {
-			return 0, 0, err
-		}
-		if err := cuda.CopyHtoD(dArr[k], a); err != nil {
-			return 0, 0, err
-		}
-	}
-	if err := cuda.CopyHtoD(dIn, in); err != nil {
-		return 0, 0, err
-	}
-	dSizes, err := alloc(8 * n)
-	if err != nil {
-		return 0, 0, err
-	}
-	dStatus, err := alloc(4 * n)
-	if err != nil {
-		return 0, 0, err
-	}
-	b := &nvcomp.Batch{
-		N: n, CompressedPtrs: dArr[0], CompressedBytes: dArr[1], OutputPtrs: dArr[2], OutputCapacities: dArr[3],
-		TotalCapacity: total, OutputSizes: dSizes, Statuses: dStatus,
-	}
-	s, err := cuda.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer s.Destroy()
-	var empty cuda.DevicePtr
-	if k != nil {
-		if empty, err = alloc(256); err != nil {
-			return 0, 0, err
-		}
-		if err := cuda.CopyHtoD(empty, []byte{0}); err != nil {
-			return 0, 0, err
-		}
-	}
-	el, err = timeOnStream(s, nvcompCalls, func() error {
-		if k != nil {
-			if err := k.LZ4Check(s, dArr[0], dArr[1], dArr[3], n, empty); err != nil {
-				return err
-			}
-		}
-		return dec.Decode(s, b)
-	})
-	if err != nil {
-		return 0, 0, err
-	}
-	// Every chunk must have decoded to its size (the last decode's
-	// statuses; all decodes are of the same data).
-	st := make([]byte, 4*n)
-	sz := make([]byte, 8*n)
-	if err := cuda.CopyDtoH(st, dStatus); err != nil {
-		return 0, 0, err
-	}
-	if err := cuda.CopyDtoH(sz, dSizes); err != nil {
-		return 0, 0, err
-	}
-	for i := range n {
-		status := nvcomp.Status(int32(binary.NativeEndian.Uint32(st[4*i:])))
-		if err := nvcomp.CheckChunk(i, status, binary.NativeEndian.Uint64(sz[8*i:]), sizes[i]); err != nil {
-			return 0, 0, err
-		}
-	}
-	return int64(total) * nvcompCalls, el, nil
 }

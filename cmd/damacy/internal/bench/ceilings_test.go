@@ -390,20 +390,74 @@ func TestNVCOMPShare(t *testing.T) {
 	if zstd == 0 || gzip == 0 {
 		t.Fatalf("the sample decodes %d zstd and %d gzip bytes: want both", zstd, gzip)
 	}
-	sel, err := selectNVCOMP(ds, 1<<30)
+	sel, err := selectNVCOMP(ds, []int{1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sel.zstdBytes != zstd || sel.lz4Bytes != 0 || sel.decoded != zstd+gzip || !near(sel.share(), float64(zstd)/float64(zstd+gzip)) || sel.zs.total != int(zstd) {
-		t.Errorf("nvCOMP takes %d zstd, %d LZ4 bytes of %d (share %v, call %d); want the %d zstd bytes of %d", sel.zstdBytes, sel.lz4Bytes, sel.decoded, sel.share(), sel.zs.total, zstd, zstd+gzip)
+	if sel.zstdBytes != zstd || sel.lz4Bytes != 0 || sel.decoded != zstd+gzip || !near(sel.share(), float64(zstd)/float64(zstd+gzip)) || sel.zs[0].total != int(zstd) {
+		t.Errorf("nvCOMP takes %d zstd, %d LZ4 bytes of %d (share %v, call %d); want the %d zstd bytes of %d", sel.zstdBytes, sel.lz4Bytes, sel.decoded, sel.share(), sel.zs[0].total, zstd, zstd+gzip)
 	}
 	// A call capped below the sample still counts all the zstd chunks for
 	// the share.
-	if small, _ := selectNVCOMP(ds, int(zstd/2)); small.zstdBytes != zstd || small.zs.total > int(zstd/2) {
-		t.Errorf("capped call: %d zstd bytes counted, %d in the call", small.zstdBytes, small.zs.total)
+	if small, _ := selectNVCOMP(ds, []int{int(zstd / 2)}); small.zstdBytes != zstd || small.zs[0].total > int(zstd/2) {
+		t.Errorf("capped call: %d zstd bytes counted, %d in the call", small.zstdBytes, small.zs[0].total)
 	}
 	mix := &nvcompSample{zstdBytes: 300, lz4Bytes: 100}
 	if got, want := mix.rate(10, 50), 400/(300/10.0+100/50.0); !near(got, want) {
 		t.Errorf("zstd 10, LZ4 50 GB/s, 3:1: %v GB/s; want %v", got, want)
+	}
+}
+
+// TestNVCOMPPerSource: decode-only (nvcomp) gives each source a call of
+// its own (each source's engine decodes on a stream of its own), capped
+// by the source's own wave buffer (its device_buffer_bytes, else the
+// run's): an image and its label, the label's cap below its chunks,
+// select every image chunk into the image's call and no more than the
+// cap into the label's, and count all of them for the share.
+func TestNVCOMPPerSource(t *testing.T) {
+	dir := t.TempDir()
+	sc := segFile(t, dir, `"label": "cells", "dtype": "u8"`, `"label": "cells", "dtype": "u8", "device_buffer_bytes": "1MiB"`)
+	caps := sourceCallBytes(pipelineConfig(sc))
+	if want := []int{nvcompCallBytes(64 << 20), nvcompCallBytes(1 << 20)}; !slices.Equal(caps, want) {
+		t.Fatalf("call bytes per source %v; want %v", caps, want)
+	}
+	if got, want := sourceCallBytes(pipeline.Config{DeviceBufferBytes: 8 << 20}), []int{4 << 20}; !slices.Equal(got, want) {
+		t.Errorf("one source: %v; want %v", got, want)
+	}
+	bs, _, err := openDataset(t.Context(), Env{Stderr: io.Discard}, sc, Options{Data: filepath.Join(dir, "data")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, err := replan(t.Context(), bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg, err := newRig(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rg.close()
+	ds, err := loadDecodeSample(t.Context(), rg, rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var per [2]int64
+	for _, r := range ds.refs {
+		per[r.source] += int64(r.decodedBytes())
+	}
+	if per[0] == 0 || per[1] == 0 {
+		t.Fatalf("sample: %d image and %d label bytes; want both", per[0], per[1])
+	}
+	caps = []int{1 << 30, int(per[1] / 2)} // the label's cap below its share of the sample
+	sel, err := selectNVCOMP(ds, caps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sel.zs) != 2 || sel.zs[0].total != int(per[0]) || sel.zs[1].total == 0 || sel.zs[1].total > caps[1] || sel.zstdBytes != per[0]+per[1] {
+		t.Errorf("calls of %d (image) and %d (label, cap %d) bytes, %d counted; want %d, at most the cap, %d",
+			sel.zs[0].total, sel.zs[1].total, caps[1], sel.zstdBytes, per[0], per[0]+per[1])
+	}
+	if _, err := selectNVCOMP(ds, caps[:1]); err == nil {
+		t.Error("a chunk of a source without a cap was selected")
 	}
 }

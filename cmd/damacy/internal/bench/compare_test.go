@@ -187,6 +187,14 @@ func runSegmentation(t *testing.T, engine string, edits []string) {
 	if rep.CeilingError != "" {
 		t.Errorf("ceilings: %s", rep.CeilingError)
 	}
+	if engine != "host" {
+		// Each source decodes on a stream of its own: decode-only times
+		// the image's and the label's calls at once.
+		i := slices.IndexFunc(rep.Ceilings, func(c Ceiling) bool { return c.Name == "decode-only (nvcomp)" })
+		if i < 0 || !strings.Contains(rep.Ceilings[i].Detail, "in 2 call(s) at once") {
+			t.Errorf("ceilings %+v: want decode-only (nvcomp) of both sources' calls at once", rep.Ceilings)
+		}
+	}
 	var text strings.Builder
 	rep.WriteText(&text)
 	want := []string{"one pipeline per source"}

@@ -82,8 +82,9 @@ func (r *rig) readAt(file string, p []byte, off int64) (int, error) {
 
 // chunkRef is one stored chunk a measured batch needs.
 type chunkRef struct {
-	file  string // its file, or its object's key in a remote dataset's store
-	chunk zarr.Chunk
+	file   string // its file, or its object's key in a remote dataset's store
+	chunk  zarr.Chunk
+	source int // the run's source (run.config.sources) that reads it
 }
 
 func (c *chunkRef) decodedBytes() int { return c.chunk.Codec.Layout().Bytes() }
@@ -153,7 +154,7 @@ func replan(ctx context.Context, bs *boxSet) (*replanned, error) {
 				if err != nil {
 					return nil, err
 				}
-				refs = append(refs, chunkRef{file: f, chunk: j.Chunk})
+				refs = append(refs, chunkRef{file: f, chunk: j.Chunk, source: k})
 			}
 		}
 		slices.SortFunc(refs, func(x, y chunkRef) int {
