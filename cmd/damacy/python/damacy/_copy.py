@@ -79,6 +79,19 @@ class CopyEngine(DeviceEngine):
         # consumer never holds one.
         return []
 
+    def before_pop(self, slots: int) -> None:
+        """Wait until fewer than ``slots`` copied batches await the release
+        of their server slots: those slots come back by themselves once
+        the copies are done, and a pop sent while the copies hold every
+        slot would find none free (TryAgain) where it only has to wait.
+        The releaser sends a release before it lets this go, so the server
+        reads it before the pop."""
+        if slots <= 0:
+            return
+        with self._wake:
+            while len(self._copies) >= slots and not self._closing:
+                self._wake.wait(0.1)  # a timeout keeps Ctrl-C prompt
+
     def lease(self, batch: Mapping[str, Any], fds: List[int]) -> Tuple[Lease, List[int]]:
         tensors, addresses, fresh = self._maps.map(batch, fds)
         batch_id = int(batch["id"])
@@ -120,7 +133,7 @@ class CopyEngine(DeviceEngine):
             if self._releaser is None:
                 self._releaser = threading.Thread(target=self._release_copied, name="damacy-copy", daemon=True)
                 self._releaser.start()
-            self._wake.notify()
+            self._wake.notify_all()
         return lease, [b.ptr for b in buffers]
 
     def _take(self, d: _cuda.Driver, index: int, nbytes: int) -> _Buffer:
@@ -181,6 +194,7 @@ class CopyEngine(DeviceEngine):
             with self._lock:
                 self._copies.popleft()
                 self._spare.append(copied)
+                self._wake.notify_all()  # a pop waiting for a slot (before_pop)
                 teardown = self._ready_to_tear_down()
             if teardown:
                 self._safe_teardown()

@@ -149,6 +149,10 @@ class Engine(abc.ABC):
         with self._lock:
             return sorted(self._held.items())
 
+    def before_pop(self, slots: int) -> None:
+        """Wait, before a pop is sent, for what the server needs to fill
+        one of its slots (the copy engine: a copy to finish)."""
+
     def before_export(self, lease: Lease, index: int, stream: Optional[int]) -> None:
         """Make a consumer's stream wait for tensor index of the batch (the
         DLPack stream handshake) and remember the stream for the release."""

@@ -454,6 +454,7 @@ class Pipeline:
                     f"{bs}, nothing left to push and no flush; push more or flush()",
                     what="pop",
                 )
+        self._engine.before_pop(self._slots)
         held = self._engine.held()
         if self._slots and len(held) >= self._slots:
             raise TryAgain(

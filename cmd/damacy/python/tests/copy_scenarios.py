@@ -133,6 +133,20 @@ def kept_batches_and_close():
     assert len(calls("cuMemHostRegister_v2")) == len(calls("cuMemHostUnregister"))
 
 
+def pops_outpace_copies():
+    """A consumer popping faster than the copies finish (each copy's event
+    takes 30 ms here) and releasing each batch at once never meets the
+    server's "all batch slots are held by the client": the server's slots
+    are the copies in flight, which come back by themselves, so pop waits
+    for one instead of raising TryAgain."""
+    os.environ["STUB_CUDA_SYNC_DELAY_US"] = "30000"
+    with damacy.Pipeline(cfg(device=0, engine="host", batch_slots=2)) as p:
+        p.push(samples(24))
+        p.flush()
+        for _ in range(8):
+            p.pop().release()
+
+
 def loader_defaults_to_copies():
     """A Loader on a GPU with no engine set runs the host engine and copies;
     an epoch delivers every draw once."""

@@ -19,6 +19,9 @@
  *   whose text starts with PREFIX, and STUB_CUDA_FAIL_RECORD=PREFIX makes
  *   cuEventRecord fail on events opened from such handles (both read at
  *   each call, so a test may set them midway);
+ * - STUB_CUDA_SYNC_DELAY_US=N makes cuEventSynchronize sleep N microseconds
+ *   first, as if the work before the event took that long (read at each
+ *   call);
  *
  * and appends one line per call to the file named by STUB_CUDA_LOG, for the
  * tests to check what was called, in which order, with which handles.
@@ -199,6 +202,10 @@ int cuEventRecord(uintptr_t event, uintptr_t stream) {
 
 int cuEventSynchronize(uintptr_t event) {
     NEED_CONTEXT();
+    const char *delay = getenv("STUB_CUDA_SYNC_DELAY_US");
+    if (delay) {
+        usleep((useconds_t)atoi(delay));
+    }
     logf_("cuEventSynchronize 0x%lx", (unsigned long)event);
     return OK;
 }

@@ -88,6 +88,7 @@ COPY_SCENARIOS = [
     "copies_without_page_locking",
     "kept_batches_and_close",
     "loader_defaults_to_copies",
+    "pops_outpace_copies",
     "server_killed",
 ]
 
