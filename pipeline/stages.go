@@ -119,16 +119,41 @@ func (s *stages) read(ctx context.Context, w *wave, reads []readOp, slab []byte)
 	return err
 }
 
-// preads runs local read ops into slab on the IO workers and returns the
-// bytes they read.
+// readPieceBytes is the most bytes one IO task preads: a larger read op
+// (a raw chunk of 32 MiB) is split over the IO workers, as one task it
+// would copy out of the page cache on one core while the others wait.
+const readPieceBytes = 4 << 20
+
+// readPiece is one IO task of preads: the bytes [at, at+n) of a read op.
+type readPiece struct {
+	r     *readOp
+	at, n int64
+}
+
+// readPieces cuts the read ops into IO tasks of at most readPieceBytes.
+func readPieces(reads []readOp) []readPiece {
+	out := make([]readPiece, 0, len(reads))
+	for i := range reads {
+		r := &reads[i]
+		for at := int64(0); at == 0 || at < r.length; at += readPieceBytes {
+			out = append(out, readPiece{r: r, at: at, n: min(readPieceBytes, r.length-at)})
+		}
+	}
+	return out
+}
+
+// preads runs local read ops into slab on the IO workers, a large one in
+// pieces (readPieces), and returns the bytes they read.
 func (s *stages) preads(ctx context.Context, w *wave, reads []readOp, slab []byte) (int64, error) {
 	var n int64
 	for _, r := range reads {
 		n += r.length
 	}
-	return n, s.io.Run(ctx, len(reads), func(i int) error {
-		r := &reads[i]
-		return s.fds.read(r, slab[r.slabOff:r.slabOff+r.length])
+	pieces := readPieces(reads)
+	return n, s.io.Run(ctx, len(pieces), func(i int) error {
+		p := &pieces[i]
+		at := p.r.slabOff + p.at
+		return s.fds.readAt(p.r, slab[at:at+p.n], p.at)
 	}, s.trace.workers("read", "io", w, n))
 }
 
