@@ -134,6 +134,7 @@ func newCUDAEngine(cfg Config, ordinal int, stats *statsSink, withNVCOMP bool) (
 	if budget := mappedFileBudget(cfg.MappedFileBytes); budget > 0 {
 		if ok, err := dev.Attribute(cuda.DevAttrReadOnlyHostRegisterSupported); err == nil && ok == 1 {
 			e.maps = newFileMaps(e.ex.Context(), budget)
+			e.maps.firstSight, e.maps.firstSightRaw = firstSightBytes, true
 		}
 	}
 	if err := e.setup(withNVCOMP, ph); err != nil {

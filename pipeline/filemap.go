@@ -11,6 +11,15 @@ import (
 	"github.com/damacy-go/damacy/cuda"
 )
 
+// firstSightBytes is the shortest read for which an engine maps its file
+// the first time it reads it (fileMaps.firstSight): decoding a large chunk
+// where it lies (host engine), or copying it to the GPU from the
+// registered mapping (CUDA engine), saves copying it into a slab, about a
+// core for each 2 GB/s. The mapping's own costs (the calls, the page
+// faults, registering, unmapping) are paid per file: a MiB keeps them
+// small beside the copy they save.
+const firstSightBytes = 1 << 20
+
 // fileMaps keeps hot local files mapped read-only, so that their chunks
 // are read straight out of the page cache: no pread into a staging slab,
 // which on a busy host costs a core per 2 GB/s or so. For the CUDA engine
@@ -38,6 +47,12 @@ type fileMaps struct {
 	// firstSight is the shortest read that maps its file on first sight
 	// (0: none; see fileMaps).
 	firstSight int64
+	// firstSightRaw limits first sight to arrays stored uncompressed (the
+	// CUDA engine: the GPU copies their chunks from the registered mapping
+	// and no core touches them; a chunk the CPU decodes gained nothing
+	// from a mapping made for one read there, and lost up to a sixth on
+	// blosclz chunks of 2 MiB: BENCH.md, "Against zarrs").
+	firstSightRaw bool
 
 	mu    sync.Mutex
 	used  int64

@@ -13,13 +13,6 @@ import (
 // one spare so IO never waits on compute for a whole wave.
 const hostSlabs = 3
 
-// hostFirstSight is the shortest read for which the host engine maps its
-// file the first time it reads it (fileMaps.firstSight): decoding a large
-// chunk where it lies saves copying it into a slab, about a core for each
-// 2 GB/s. The mapping's own costs (the calls, the page faults, unmapping)
-// are paid per file: a MiB keeps them small beside the copy they save.
-const hostFirstSight = 1 << 20
-
 // hostEngine assembles batches in host memory, decoding on the CPU. It is
 // the CPU fallback and the oracle the CUDA engine is tested against.
 type hostEngine struct {
@@ -51,7 +44,7 @@ func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
 	cfg.Logger.Info("damacy: host engine: batches in host memory, chunks decoded on the CPU", "workers", cfg.ComputeThreads)
 	if budget := mappedFileBudget(cfg.MappedFileBytes); budget > 0 {
 		st.maps = newFileMaps(0, budget)
-		st.maps.firstSight = hostFirstSight
+		st.maps.firstSight = firstSightBytes
 	}
 	workers := make(chan *hostWorker, cfg.ComputeThreads)
 	for range cfg.ComputeThreads {

@@ -1,11 +1,22 @@
 package pipeline
 
-import "time"
+import (
+	"time"
+
+	"github.com/damacy-go/damacy/zarr"
+)
+
+// storedRaw reports whether src's chunks are stored uncompressed.
+func storedRaw(src *source) bool {
+	rt := src.arr.Codec().Route()
+	return rt.Simple && rt.Compression == zarr.CompressionNone
+}
 
 // mapReads takes the wave's reads of mapped files out of what the IO
 // workers pread: w.mapped[i] holds the mapping read i is read from (until
 // releaseMaps). A read of firstSight bytes or more maps its file first
-// (fileMaps.add decides). It returns the reads left to pread.
+// (fileMaps.add decides; with firstSightRaw, only an uncompressed
+// array's). It returns the reads left to pread.
 func (s *stages) mapReads(w *wave) ([]readOp, error) {
 	w.mapped = make([]*fileMap, len(w.reads))
 	var rest []readOp
@@ -15,7 +26,7 @@ func (s *stages) mapReads(w *wave) ([]readOp, error) {
 		if r.src.dir != nil {
 			if path, err := r.src.dir.Path(r.key); err == nil {
 				f := s.maps.acquire(path)
-				if f == nil && s.maps.firstSight > 0 && r.length >= s.maps.firstSight {
+				if f == nil && s.maps.firstSight > 0 && r.length >= s.maps.firstSight && (!s.maps.firstSightRaw || storedRaw(r.src)) {
 					f = s.mapNow(path, r.length)
 				}
 				if f != nil {
