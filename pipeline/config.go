@@ -264,10 +264,13 @@ type Config struct {
 	// for each 30 GB/s or so to register a mapping, once); the host engine
 	// decodes from them. A file is mapped once reads have fetched as many
 	// bytes of it as it holds, so files read once are not mapped, except
-	// that the host engine maps a file at the first read of a MiB or more
-	// that covers a quarter of it (copying such a read costs more than
-	// mapping the file); the least recently used mappings no wave in flight reads make room for
-	// new ones; files larger than a quarter of the bound are always read.
+	// that a file is mapped at the first read of a MiB or more that covers
+	// a quarter of it (copying such a read costs more than mapping the
+	// file), by the host engine for any array and by the CUDA engine for
+	// an uncompressed one (whose chunks the GPU then copies with no core
+	// touching them); the least recently used mappings no wave in flight
+	// reads make room for new ones; files larger than a quarter of the
+	// bound are always read.
 	// Page-locked pages cannot be reclaimed by the kernel while mapped.
 	// 0: the default, an eighth of the host's memory and at most 16 GiB
 	// (none where the host's memory is unknown); -1: none.
