@@ -352,13 +352,10 @@ func TestCombine(t *testing.T) {
 	}
 }
 
-// TestNVCOMPShare: decode-only (nvcomp) counts, for the scaling to output,
-// only the decoded bytes of the chunks nvCOMP takes (here the zstd
-// array's; the CPU decodes the gzip one's), and weights each codec's rate
-// by its chunks' bytes in the sample.
-func TestNVCOMPShare(t *testing.T) {
-	dir := t.TempDir()
-	sc := scenarioFile(t, dir, `"codec": "zstd", "level": 3,`, `"codec": ["zstd", "gzip"], "level": 3,`)
+// scenarioDecodeSample generates sc's dataset under dir and loads the
+// decode sample of its measured batches, as measureCeilings does.
+func scenarioDecodeSample(t *testing.T, sc *Scenario, dir string) *decodeSample {
+	t.Helper()
 	bs, _, err := openDataset(t.Context(), Env{Stderr: io.Discard}, sc, Options{Data: filepath.Join(dir, "data")})
 	if err != nil {
 		t.Fatal(err)
@@ -376,6 +373,17 @@ func TestNVCOMPShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ds
+}
+
+// TestNVCOMPShare: decode-only (nvcomp) counts, for the scaling to output,
+// only the decoded bytes of the chunks nvCOMP takes (here the zstd
+// array's; the CPU decodes the gzip one's), and weights each codec's rate
+// by its chunks' bytes in the sample.
+func TestNVCOMPShare(t *testing.T) {
+	dir := t.TempDir()
+	sc := scenarioFile(t, dir, `"codec": "zstd", "level": 3,`, `"codec": ["zstd", "gzip"], "level": 3,`)
+	ds := scenarioDecodeSample(t, sc, dir)
 	var zstd, gzip int64
 	for _, r := range ds.refs {
 		switch r.chunk.Codec.Route().Compression {
@@ -424,23 +432,7 @@ func TestNVCOMPPerSource(t *testing.T) {
 	if got, want := sourceCallBytes(pipeline.Config{DeviceBufferBytes: 8 << 20}), []int{4 << 20}; !slices.Equal(got, want) {
 		t.Errorf("one source: %v; want %v", got, want)
 	}
-	bs, _, err := openDataset(t.Context(), Env{Stderr: io.Discard}, sc, Options{Data: filepath.Join(dir, "data")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp, err := replan(t.Context(), bs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rg, err := newRig(2, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rg.close()
-	ds, err := loadDecodeSample(t.Context(), rg, rp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := scenarioDecodeSample(t, sc, dir)
 	var per [2]int64
 	for _, r := range ds.refs {
 		per[r.source] += int64(r.decodedBytes())
