@@ -95,6 +95,17 @@ func TestFirstSightMaps(t *testing.T) {
 	}
 }
 
+// newOn starts a pipeline of cfg on engine "cpu" (the host engine) or
+// "cuda" (GPU 0; withNVCOMP: nvCOMP must load).
+func newOn(t *testing.T, engine string, cfg Config, withNVCOMP bool) *Pipeline {
+	t.Helper()
+	if engine == "cpu" {
+		cfg.Device = "cpu"
+		return newChecked(t, cfg)
+	}
+	return newCUDAPipeline(t, cfg, withNVCOMP)
+}
+
 func testFirstSightMaps(t *testing.T, engine string) {
 	if engine == "cuda" {
 		cudatest.MustHaveGPU(t)
@@ -118,13 +129,7 @@ func testFirstSightMaps(t *testing.T, engine string) {
 		off := cfg
 		off.MappedFileBytes = -1
 		want := runEpochs(t, newChecked(t, off), epochs)
-		var p *Pipeline
-		if engine == "cpu" {
-			p = newChecked(t, cfg)
-		} else {
-			p = newCUDAPipeline(t, cfg, false)
-		}
-		got := runEpochs(t, p, epochs)
+		got := runEpochs(t, newOn(t, engine, cfg, false), epochs)
 		compareRuns(t, got, want, epochs, cfg.BatchSize)
 		st := got.stats[0]
 		// Mapped: all but a read too short for first sight (the
@@ -317,13 +322,6 @@ func testMappedFiles(t *testing.T, engine string) {
 	hcfg := cfg
 	hcfg.Device, hcfg.MappedFileBytes = "cpu", -1
 	want := runEpochs(t, newChecked(t, hcfg), epochs)
-	open := func(c Config) *Pipeline {
-		if engine == "cpu" {
-			c.Device = "cpu"
-			return newChecked(t, c)
-		}
-		return newCUDAPipeline(t, c, true)
-	}
 	var largest int64
 	for _, p := range paths {
 		filepath.WalkDir(p, func(_ string, d fs.DirEntry, _ error) error {
@@ -337,7 +335,7 @@ func testMappedFiles(t *testing.T, engine string) {
 		t.Run(fmt.Sprintf("budget=%d", budget), func(t *testing.T) {
 			c := cfg
 			c.MappedFileBytes = budget
-			p := open(c)
+			p := newOn(t, engine, c, true)
 			got := runEpochs(t, p, epochs)
 			compareRuns(t, got, want, epochs, cfg.BatchSize)
 			last := got.stats[len(got.stats)-1]
@@ -355,7 +353,7 @@ func testMappedFiles(t *testing.T, engine string) {
 	// Truncate every file under its mappings: the next batches fail with
 	// ErrStorage (or ErrDecode, for a file shorter than its index says,
 	// where a read finds it so), and nothing crashes.
-	p := open(cfg)
+	p := newOn(t, engine, cfg, true)
 	got := runEpochs(t, p, epochs[:3])
 	if last := got.stats[len(got.stats)-1]; last.BytesMapped == 0 {
 		t.Fatal("nothing mapped after three epochs")
