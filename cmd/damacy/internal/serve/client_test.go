@@ -380,6 +380,21 @@ func waitGoroutines(t testing.TB, before int) {
 	}
 }
 
+// waitFDs fails the test unless this process's open descriptors are back
+// to before within 5 s (a connection of the test's HTTP store may close a
+// moment after serve returns).
+func waitFDs(t testing.TB, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for n := openFDs(t); n > before; n = openFDs(t) {
+		if time.Now().After(deadline) {
+			t.Errorf("%d descriptors open after serve returned, %d before", n, before)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // openFDs counts this process's open descriptors.
 func openFDs(t testing.TB) int {
 	t.Helper()

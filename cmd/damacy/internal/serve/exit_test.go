@@ -51,9 +51,7 @@ func TestServeClientEOF(t *testing.T) {
 		t.Fatal("serve did not return after the client closed")
 	}
 	waitGoroutines(t, before)
-	if n := openFDs(t); n > fdsBefore {
-		t.Errorf("%d descriptors open after serve returned, %d before", n, fdsBefore)
-	}
+	waitFDs(t, fdsBefore)
 }
 
 // TestServeBadFrame sends a frame header of length 0, and one over 16

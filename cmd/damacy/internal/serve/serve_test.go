@@ -216,9 +216,7 @@ func TestServeHost(t *testing.T) {
 		syscall.Munmap(m)
 	}
 	clear(maps)
-	if n := openFDs(t); n > fdsBefore {
-		t.Errorf("%d descriptors open after serve returned, %d before", n, fdsBefore)
-	}
+	waitFDs(t, fdsBefore)
 }
 
 // TestServeLogLevelBeforeHello checks that set_log_level needs no hello
