@@ -254,14 +254,15 @@ def gpu_device() -> int:
     return int(torch.cuda.current_device())
 
 
-@pytest.mark.parametrize("where", ["cpu", "gpu"])
+@pytest.mark.parametrize("where", ["cpu", "gpu", "cuda"])
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
 def test_loader(serve_binary, dataset, on_error, where):
     """A Loader over the faulty dataset; "gpu": the Loader's default on a
-    GPU (the host engine's batches copied onto it by this process)."""
+    GPU (the host engine's batches copied onto it by this process); "cuda":
+    the server's CUDA engine (nvCOMP), its batches shared over CUDA IPC."""
     ds, bs = dataset, 3
     arrays = [f"{ds.base}/{n}.zarr" for n in NAMES]
-    extra: Dict[str, Any] = {"device": gpu_device(), "engine": "host"} if where == "gpu" else {}
+    extra: Dict[str, Any] = {"device": gpu_device(), "engine": where if where != "gpu" else "host"} if where != "cpu" else {}
     with damacy.Pipeline(config(bs, on_error, **extra)) as p:
         loader = damacy.Loader(p, damacy.GridSampler(arrays, BOX))
         draws = {d.index: d for d in loader.sampler.draws(0, 0, len(loader.sampler))}
