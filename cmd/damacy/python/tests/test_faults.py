@@ -262,7 +262,12 @@ def test_loader(serve_binary, dataset, on_error, where):
     the server's CUDA engine (nvCOMP), its batches shared over CUDA IPC."""
     ds, bs = dataset, 3
     arrays = [f"{ds.base}/{n}.zarr" for n in NAMES]
-    extra: Dict[str, Any] = {"device": gpu_device(), "engine": where if where != "gpu" else "host"} if where != "cpu" else {}
+    extra: Dict[str, Any] = {}
+    if where == "gpu":
+        extra = {"device": gpu_device(), "engine": "host"}
+    elif where == "cuda":  # the CUDA engine's own buffer defaults (its staging is split among waves)
+        extra = {"device": gpu_device(), "engine": "cuda", "host_buffer_bytes": 0, "device_buffer_bytes": 0,
+                 "max_chunk_uncompressed_bytes": 0}
     with damacy.Pipeline(config(bs, on_error, **extra)) as p:
         loader = damacy.Loader(p, damacy.GridSampler(arrays, BOX))
         draws = {d.index: d for d in loader.sampler.draws(0, 0, len(loader.sampler))}
