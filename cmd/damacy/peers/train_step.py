@@ -187,6 +187,7 @@ def damacy_feed(
         device=None if cuda else "cpu",
         engine=engine if cuda else None,
         chunk_cache_bytes=cache,
+        n_compute_threads=args.loader_threads,  # 0: the default, every core (its share under torchrun)
         sources=(
             damacy.Source("image", dtype="bf16" if cuda else "f32"),
             damacy.Source("label", label="cells", dtype="u8"),
@@ -204,6 +205,7 @@ def damacy_feed(
     info["loader_pids"] = [loader.pipeline.server_info["pid"]]
     info["decoder"] = loader.pipeline.server_info.get("decoder")
     info["engine"] = loader.pipeline.server_info.get("engine")
+    info["loader_threads"] = args.loader_threads
     try:
         for batch in loader:
             x = batch["image"]  # [n, 1, b, b, b] on dev
@@ -454,6 +456,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--box", type=int, default=128)
     ap.add_argument("--workers", type=int, default=12, help="MONAI's DataLoader workers")
+    ap.add_argument("--loader-threads", type=int, default=0,
+                    help="damacy's n_compute_threads (0: the default, every core or the rank's share)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", choices=["cuda", "cpu"], default=None)
@@ -474,7 +478,7 @@ def main() -> None:
         return
     ensure_dataset(args.data, args.scenario)
     rows: List[Dict[str, Any]] = []
-    keep = ("data", "scenario", "steps", "warmup", "batch_size", "box", "workers", "lr", "seed", "device")
+    keep = ("data", "scenario", "steps", "warmup", "batch_size", "box", "workers", "loader_threads", "lr", "seed", "device")
     base = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in keep]
     launch = [sys.executable]
     if args.ranks > 1:  # one process per rank, as a training job runs
