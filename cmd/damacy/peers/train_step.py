@@ -205,7 +205,7 @@ def damacy_feed(
     info["loader_pids"] = [loader.pipeline.server_info["pid"]]
     info["decoder"] = loader.pipeline.server_info.get("decoder")
     info["engine"] = loader.pipeline.server_info.get("engine")
-    info["loader_threads"] = args.loader_threads
+    info["loader_threads"] = loader.pipeline.config.n_compute_threads  # as the server was asked
     try:
         for batch in loader:
             x = batch["image"]  # [n, 1, b, b, b] on dev

@@ -11,7 +11,8 @@ truncated, a label value out of range for u8, or a chunk its server answers
   right, every bad one is reported once in its batch's ``skipped``.
 - Loader: an epoch completes under both; under "raise" each error names its
   draw, iterating again goes on with the next batch, and a state_dict taken
-  after an error resumes there.
+  after an error resumes there. On the CPU, and on a GPU host also with the
+  copy engine and with the server's CUDA engine.
 """
 
 from __future__ import annotations

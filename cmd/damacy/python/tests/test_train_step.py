@@ -67,7 +67,7 @@ def test_every_mode_trains(serve_binary, torch_monai_zarr, tmp_path):
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr[-6000:]}"
     rows = json.loads(out.read_text())
     assert [row["mode"] for row in rows] == ["ceiling", "damacy", "monai", "monai-fast"], rows
-    assert rows[1]["loader_threads"] == 1, rows[1]  # --loader-threads reached the damacy mode's Config
+    assert rows[1]["loader_threads"] == 1, rows[1]  # --loader-threads reached the Pipeline's Config
     for row in rows:
         assert row["finite"], row
         assert math.isfinite(row["steps_per_s"]) and row["steps_per_s"] > 0, row
