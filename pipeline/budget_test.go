@@ -119,8 +119,9 @@ func TestChunkBudgetErrors(t *testing.T) {
 
 // TestCUDAEngineBigChunks reads arrays of 32 MiB chunks with the default
 // Config on the CUDA engine, against the host engine, with and without
-// nvCOMP: raw chunks are read in place, blosclz ones decoded on the CPU,
-// and zstd ones, larger than an nvCOMP entry may be, too.
+// nvCOMP: raw chunks are read in place, blosclz ones decoded on the GPU
+// (with nvCOMP loaded; else on the CPU), and zstd ones, larger than an
+// nvCOMP entry may be, on the CPU.
 func TestCUDAEngineBigChunks(t *testing.T) {
 	cudatest.MustHaveGPU(t)
 	paths := bigChunkArrays(t, false)

@@ -6,14 +6,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/ptx"
 )
 
 // waveLayout collects what prepare finds about a wave's parts.
 type waveLayout struct {
-	where     map[*job]int64 // decoded bytes' offset from the wave buffer's base
-	zstd, lz4 []nvEntry
-	end       int64 // where the parts' reads and slab-decoded chunks end
+	where map[*job]int64           // decoded bytes' offset from the wave buffer's base
+	ents  [plan.Decoders][]nvEntry // the GPU decoders' inputs, by decoder
+	end   int64                    // where the parts' reads and slab-decoded chunks end
 }
 
 // prepare routes a loaded wave's chunks, decodes those the CPU takes, and
@@ -26,8 +27,11 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 	if len(cw.live()) == 0 {
 		return
 	}
-	cw.ents = append(wl.zstd, wl.lz4...)
-	cw.nZstd = len(wl.zstd)
+	cw.ents = cw.ents[:0]
+	for d, ents := range wl.ents {
+		cw.ents = append(cw.ents, ents...)
+		cw.ends[d] = len(cw.ents)
+	}
 	// Where decoded chunks land, as offsets from a wave buffer's base (the
 	// arena lies at the same offset in every buffer).
 	arenaAt := e.bufs[0].arena
@@ -83,12 +87,12 @@ func (e *cudaEngine) prepare(ctx context.Context, cw *cudaWave) {
 }
 
 // partPrep is one part of a wave between its checks and its CPU
-// decoding: its nvCOMP entries, the chunks nvCOMP refused (decoded into
-// spillBuf, which submit copies to their arena places), and where its
+// decoding: its GPU decoders' entries, the chunks the GPU refused (decoded
+// into spillBuf, which submit copies to their arena places), and where its
 // chunks lie in the wave's CPU decodes ([first, end)).
 type partPrep struct {
 	p          *wavePart
-	zstd, lz4  []nvEntry
+	ents       [plan.Decoders][]nvEntry
 	spill      []*job
 	spillBuf   []byte
 	first, end int
@@ -134,8 +138,9 @@ func (e *cudaEngine) prepareParts(ctx context.Context, cw *cudaWave, slab []byte
 			wl.where[j] = arenaAt + j.decOff
 			cw.spill = append(cw.spill, spillCopy{dst: arenaAt + j.decOff, src: pp.spillBuf[off : off+n]})
 		}
-		wl.zstd = append(wl.zstd, pp.zstd...)
-		wl.lz4 = append(wl.lz4, pp.lz4...)
+		for d := range wl.ents {
+			wl.ents[d] = append(wl.ents[d], pp.ents[d]...)
+		}
 		wl.end = max(wl.end, p.slabEnd)
 	}
 }
@@ -174,8 +179,8 @@ func (e *cudaEngine) routePart(ctx context.Context, p *wavePart, slab []byte, wl
 	if err != nil {
 		return pp, err
 	}
-	var cpu []*job   // in wave order: decoded into the slab, or (gpu) into spillBuf
-	entryBudget := 0 // descriptor entries the plan reserved for the part's GPU jobs
+	var cpu []*job               // in wave order: decoded into the slab, or (gpu) into spillBuf
+	entries, entryBudget := 0, 0 // descriptor entries taken, and reserved by the plan for the part's GPU jobs
 	for _, ji := range w.jobs {
 		if j := bp.jobs[ji]; j.gpu {
 			entryBudget += descEntries(j)
@@ -188,15 +193,14 @@ func (e *cudaEngine) routePart(ctx context.Context, p *wavePart, slab []byte, wl
 			continue
 		}
 		ents := c.ents
-		if len(ents) > 0 && len(pp.zstd)+len(pp.lz4)+len(ents) > entryBudget {
+		if len(ents) > 0 && entries+len(ents) > entryBudget {
 			ents = nil // more streams than the plan reserved room for
 			c.cpuPrep(j)
 		}
 		switch {
-		case len(ents) > 0 && c.zstd:
-			pp.zstd = append(pp.zstd, ents...)
 		case len(ents) > 0:
-			pp.lz4 = append(pp.lz4, ents...)
+			pp.ents[c.dec] = append(pp.ents[c.dec], ents...)
+			entries += len(ents)
 		case j.gpu:
 			j.src.noteSpill()
 			pp.spill = append(pp.spill, j)
@@ -250,8 +254,8 @@ func (e *cudaEngine) layOut(cw *cudaWave, b *waveBuf, slab []byte, end int64, wh
 	}()
 	meta := end
 	// nvCOMP's argument arrays: ptrs, sizes, out ptrs, capacities, actual
-	// sizes, expected sizes (8 bytes each), then statuses; zstd entries
-	// first, then LZ4.
+	// sizes, expected sizes (8 bytes each), then statuses; the entries by
+	// decoder (cudaWave.ends).
 	base := int64(b.base)
 	n := int64(len(cw.ents))
 	cw.descOff = end

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/zarr"
 	"github.com/damacy-go/damacy/zarr/blosc"
@@ -211,8 +212,10 @@ func checkSplit(t *testing.T, p *wavePart, pp partPrep, ds []cpuDecode, slab []b
 // chunks nvCOMP takes as its entries, nowhere yet).
 func checkPrepared(t *testing.T, cw *cudaWave, slab []byte, wl *waveLayout, arenaAt int64) {
 	gpu := map[*job]bool{}
-	for _, en := range append(wl.zstd, wl.lz4...) {
-		gpu[en.job] = true
+	for _, ents := range wl.ents {
+		for _, en := range ents {
+			gpu[en.job] = true
+		}
 	}
 	spill := map[int64][]byte{}
 	for _, c := range cw.spill {
@@ -305,8 +308,8 @@ func TestPrepareSplitsChunks(t *testing.T) {
 					}
 				}
 			}
-			if nv && (len(cw.spill) == 0 || len(wl.zstd)+len(wl.lz4) == 0) {
-				t.Fatalf("%d spilled chunks, %d zstd and %d lz4 entries: nvCOMP's routing is not exercised", len(cw.spill), len(wl.zstd), len(wl.lz4))
+			if nv && (len(cw.spill) == 0 || len(wl.ents[plan.Zstd]) == 0 || len(wl.ents[plan.LZ4]) == 0 || len(wl.ents[plan.BloscLZ]) == 0) {
+				t.Fatalf("%d spilled chunks, %d zstd, %d lz4 and %d blosclz entries: the GPU's routing is not exercised", len(cw.spill), len(wl.ents[plan.Zstd]), len(wl.ents[plan.LZ4]), len(wl.ents[plan.BloscLZ]))
 			}
 			checkPrepared(t, cw, slab, wl, e.bufs[0].arena)
 			t.Logf("%d parts, %d CPU decodes (%d split), %d raw chunks in place, %d spilled", len(cw.parts), len(ds), split, raw, len(cw.spill))

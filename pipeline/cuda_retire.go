@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/damacy-go/damacy/cuda"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/ptx"
 	"github.com/damacy-go/damacy/zarr"
@@ -181,16 +182,17 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 	}
 }
 
-// redo handles a wave whose status summary counts chunks that nvCOMP did
+// redo handles a wave whose status summary counts chunks that the GPU did
 // not decode (a failed status or a wrong size; an LZ4 block the GPU check
-// refused decodes to nothing). It finds them in the per-chunk statuses,
-// reads and decodes them again on the CPU, copies them to their places in
-// the arena and assembles the wave's parts again, so a chunk that only
-// nvCOMP cannot decode still gives the right data. Only refused LZ4 blocks
-// are known to have left the arena alone (every other LZ4 block passed
-// the walk); a failed zstd frame may have written anywhere in it (nvCOMP
-// does not bound its writes), so then every nvCOMP chunk of the wave is
-// decoded again. A chunk the CPU cannot decode either is an ErrDecode of
+// refused decodes to nothing; a damaged blosclz stream stops). It finds
+// them in the per-chunk statuses, reads and decodes them again on the
+// CPU, copies them to their places in the arena and assembles the wave's
+// parts again, so a chunk that only the GPU cannot decode still gives the
+// right data. Refused LZ4 blocks and failed blosclz streams are known to
+// have left the rest of the arena alone (every other LZ4 block passed the
+// walk; the blosclz kernel bounds its writes); a failed zstd frame may
+// have written anywhere in it (nvCOMP does not bound its writes), so then
+// every GPU chunk of the wave is decoded again. A chunk the CPU cannot decode either is an ErrDecode of
 // its part (the other parts are assembled); a CUDA error, the wave's. It
 // runs on the retire thread after the wave is done: the wave buffer still
 // holds the wave's assemble ops and arena, and the batches' slots are not
@@ -219,9 +221,12 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 		status := nvcomp.Status(int32(binary.NativeEndian.Uint32(statuses[4*i:])))
 		size := binary.NativeEndian.Uint64(actual[8*i:])
 		if err := nvcomp.CheckChunk(i, status, size, int(en.size)); err != nil && why[en.job] == nil {
+			if i >= cw.ends[plan.LZ4] {
+				err = fmt.Errorf("blosclz kernel: stream %d of the wave stopped at %d of %d bytes", i, size, en.size)
+			}
 			why[en.job] = err
 			jobs = append(jobs, en.job)
-			zstdFailed = zstdFailed || i < cw.nZstd
+			zstdFailed = zstdFailed || i < cw.ends[plan.Zstd]
 			en.job.src.noteSpill() // an array whose chunks keep failing goes to the CPU
 		}
 	}
@@ -258,7 +263,7 @@ func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSumma
 			if nv == nil {
 				nv = errors.New("decoded, but another chunk of the wave failed")
 			}
-			errs[k] = decodeError(j, fmt.Errorf("%w (nvCOMP: %v)", err, nv))
+			errs[k] = decodeError(j, fmt.Errorf("%w (on the GPU: %v)", err, nv))
 			return nil
 		}
 		outs[k] = out

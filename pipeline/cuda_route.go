@@ -10,8 +10,8 @@ import (
 	"github.com/damacy-go/damacy/zarr/blosc"
 )
 
-// nvEntry is one nvCOMP input: a whole zstd or LZ4 chunk, or one stream of
-// a blosc chunk. in is the offset of its bytes in staging, out the offset
+// nvEntry is one input of a GPU decoder (nvCOMP or the blosclz kernel): a
+// whole zstd or LZ4 chunk, or one stream of a blosc chunk. in is the offset of its bytes in staging, out the offset
 // of its output within the job's decoded bytes.
 type nvEntry struct {
 	job       *job
@@ -31,20 +31,21 @@ func descEntries(j *job) int {
 	return 1
 }
 
-// entries returns the nvCOMP inputs of a GPU job, and whether they are
-// zstd (else LZ4), or nil when nvCOMP must not take it: the streams
-// plan.NVCOMPStreams gives for the payload at poff in staging, each where
-// nvCOMP's input alignment allows. LZ4 blocks are walked on the GPU
-// (ptx.LZ4Check, the twin of nvcomp.LZ4GPUCheck), just before nvCOMP
-// decodes them: on the host the walk costs nearly as much as decoding.
-func (e *cudaEngine) entries(j *job, c zarr.Compression, payload []byte, poff int64) ([]nvEntry, bool) {
-	streams, zs := plan.NVCOMPStreams(c, payload, j.layout.Bytes(), func(off int) bool { return (poff+int64(off))%e.inAlign == 0 })
+// entries returns the GPU decoder's inputs of a GPU job, and the decoder
+// (nvCOMP's zstd or LZ4, or the blosclz kernel), or nil when the GPU must
+// not take it: the streams plan.GPUStreams gives for the payload at poff
+// in staging, each where nvCOMP's input alignment allows. LZ4 blocks are
+// walked on the GPU (ptx.LZ4Check, the twin of nvcomp.LZ4GPUCheck), just
+// before nvCOMP decodes them: on the host the walk costs nearly as much as
+// decoding.
+func (e *cudaEngine) entries(j *job, c zarr.Compression, payload []byte, poff int64) ([]nvEntry, plan.Decoder) {
+	streams, dec := plan.GPUStreams(c, payload, j.layout.Bytes(), func(off int) bool { return (poff+int64(off))%e.inAlign == 0 })
 	if streams == nil {
-		return nil, false
+		return nil, 0
 	}
 	for _, st := range streams {
 		if int64(st.Size) > e.nvMax {
-			return nil, false // more than the decoders are sized for
+			return nil, 0 // more than the decoders are sized for
 		}
 	}
 	ents := make([]nvEntry, len(streams))
@@ -52,10 +53,10 @@ func (e *cudaEngine) entries(j *job, c zarr.Compression, payload []byte, poff in
 		ents[i] = nvEntry{job: j, in: poff + int64(st.Src), inLen: int64(st.Len), out: int64(st.Dst), size: int64(st.Size)}
 	}
 	if c == zarr.CompressionBlosc {
-		h, _ := blosc.ParseHeader(payload) // NVCOMPStreams parsed the frame
+		h, _ := blosc.ParseHeader(payload) // GPUStreams parsed the frame
 		setShuffle(&j.psrc, h)
 	}
-	return ents, zs
+	return ents, dec
 }
 
 // setShuffle records in src the shuffle a blosc chunk's decoded bytes are
@@ -74,8 +75,8 @@ func setShuffle(src *ptx.Source, h blosc.Header) {
 }
 
 // route decides, at plan time, which decoder a chunk gets and what it
-// costs. Chunks nvCOMP may take (by codec; arrays where a chunk was already
-// refused stay on the CPU) get arena space. CPU-decoded chunks get staging
+// costs. Chunks the GPU may take (by codec, nvCOMP loaded; arrays where a
+// chunk was already refused stay on the CPU) get arena space. CPU-decoded chunks get staging
 // room for their decoded bytes, which travel in the same H2D copy.
 //
 // The CPU takes no share of what nvCOMP may take: its decoding would lie
@@ -110,13 +111,13 @@ func (e *cudaEngine) route(j *job) {
 }
 
 // chunkCheck is how one chunk of a loaded wave is decoded: read in place
-// (raw bytes at poff in the slab), by nvCOMP (ents, zstd or LZ4), or else
-// on the CPU.
+// (raw bytes at poff in the slab), on the GPU (ents, by dec), or else on
+// the CPU.
 type chunkCheck struct {
 	inPlace bool
 	poff    int64
 	ents    []nvEntry
-	zstd    bool
+	dec     plan.Decoder
 	payload []byte // the blosc frame, for cpuPrep
 }
 
@@ -135,8 +136,9 @@ func (c *chunkCheck) cpuPrep(j *job) {
 
 // check routes one chunk of a loaded wave (stored: its bytes in the slab):
 // its checksum is verified and stripped; a raw chunk is read in place; a
-// zstd, LZ4 or blosc (lz4 or zstd streams) chunk routed to the GPU that
-// passes nvCOMP's checks becomes nvCOMP entries; the others go to the CPU.
+// zstd, LZ4 or blosc (lz4, zstd or blosclz streams) chunk routed to the
+// GPU that passes plan.GPUStreams's checks becomes entries of its GPU
+// decoder; the others go to the CPU.
 // It touches only j, so checks of a wave run in parallel.
 func (e *cudaEngine) check(j *job, stored []byte) (chunkCheck, error) {
 	j.bloscPayload = nil
@@ -162,7 +164,7 @@ func (e *cudaEngine) check(j *job, stored []byte) (chunkCheck, error) {
 		return c, decodeError(j, fmt.Errorf("%w: %d bytes after the checksums, the chunk has %d", zarr.ErrCorrupt, len(c.payload), n))
 	}
 	if j.gpu {
-		c.ents, c.zstd = e.entries(j, r.Compression, c.payload, c.poff)
+		c.ents, c.dec = e.entries(j, r.Compression, c.payload, c.poff)
 	}
 	if len(c.ents) == 0 {
 		c.cpuPrep(j)

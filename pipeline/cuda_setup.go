@@ -276,7 +276,7 @@ func (e *cudaEngine) setup(withNVCOMP bool, ph *phases) error {
 	}
 	if e.lib != nil {
 		decoder = fmt.Sprintf("nvcomp %s + cpu", e.lib.Version)
-		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, zstd, LZ4 and blosc (zstd or lz4) chunks decoded by nvCOMP, others on the CPU", "device", e.ordinal, "nvcomp", e.lib.Path, "setup", ph)
+		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, zstd, LZ4 and blosc (zstd or lz4) chunks decoded by nvCOMP, blosc (blosclz) ones by its own kernel, others on the CPU", "device", e.ordinal, "nvcomp", e.lib.Path, "setup", ph)
 	} else {
 		cfg.Logger.Info("damacy: CUDA engine: batches in GPU memory, chunks decoded on the CPU (nvCOMP not loaded)", "device", e.ordinal, "reason", libErr, "setup", ph)
 	}

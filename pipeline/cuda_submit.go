@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/damacy-go/damacy/cuda"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/nvcomp"
 	"github.com/damacy-go/damacy/ptx"
 )
@@ -101,13 +102,15 @@ func (e *cudaEngine) submitAssemble(cw *cudaWave) error {
 	return nil
 }
 
-// decode queues nvCOMP's calls over the wave's entries on the decode
-// stream, then the reduction of their statuses into the buffer's summary:
-// one batched call per run of entries within the decoder's limits (chunks
-// per call, total output); calls on one stream run in order, sharing the
-// decoder's temp space.
+// decode queues the GPU decoders' calls over the wave's entries on the
+// decode stream, then the reduction of their statuses into the buffer's
+// summary: for nvCOMP one batched call per run of entries within the
+// decoder's limits (chunks per call, total output); calls on one stream
+// run in order, sharing the decoder's temp space; for blosclz one launch
+// of the kernel.
 func (e *cudaEngine) decode(cw *cudaWave) error {
 	b, n := cw.buf, len(cw.ents)
+	zs, lz := cw.ends[plan.Zstd], cw.ends[plan.LZ4]
 	desc := b.base + cuda.DevicePtr(cw.descOff)
 	arr := func(k, from int) cuda.DevicePtr { return desc + cuda.DevicePtr((k*n+from)*8) }
 	statuses := desc + cuda.DevicePtr(6*n*8)
@@ -115,16 +118,15 @@ func (e *cudaEngine) decode(cw *cudaWave) error {
 		return &nvcomp.Batch{N: count, CompressedPtrs: arr(0, from), CompressedBytes: arr(1, from), OutputPtrs: arr(2, from),
 			OutputCapacities: arr(3, from), TotalCapacity: capacity, OutputSizes: arr(4, from), Statuses: statuses + cuda.DevicePtr(4*from)}
 	}
-	if cw.nZstd < n {
-		if err := e.kernels.LZ4Check(e.decodeS, arr(0, cw.nZstd), arr(1, cw.nZstd), arr(5, cw.nZstd), n-cw.nZstd, e.empty); err != nil {
+	if zs < lz {
+		if err := e.kernels.LZ4Check(e.decodeS, arr(0, zs), arr(1, zs), arr(5, zs), lz-zs, e.empty); err != nil {
 			return err
 		}
 	}
-	for from := 0; from < n; {
-		d := e.zstd
-		last := cw.nZstd
-		if from >= cw.nZstd {
-			d, last = e.lz4, n
+	for from := 0; from < lz; {
+		d, last := e.zstd, zs
+		if from >= zs {
+			d, last = e.lz4, lz
 		}
 		cfg := d.Config()
 		to, total := from, 0
@@ -139,6 +141,13 @@ func (e *cudaEngine) decode(cw *cudaWave) error {
 			return err
 		}
 		from = to
+	}
+	if lz < n {
+		err := e.kernels.BloscLZ(e.decodeS, ptx.BloscLZArgs{N: n - lz, Ptrs: arr(0, lz), Lens: arr(1, lz), Outs: arr(2, lz), Caps: arr(3, lz),
+			Sizes: arr(4, lz), Statuses: statuses + cuda.DevicePtr(4*lz)})
+		if err != nil {
+			return err
+		}
 	}
 	return e.kernels.ReduceStatus(e.decodeS, statuses, arr(4, 0), arr(5, 0), n, b.summary)
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/damacy-go/damacy/cuda"
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/ptx"
 )
 
@@ -48,13 +49,13 @@ type cudaWave struct {
 	parts     []*wavePart
 	slab      *cuda.HostBuffer
 	buf       *waveBuf
-	h2d       []cuda.HostCopy // the H2D copies into the wave buffer's staging
-	ents      []nvEntry       // nvCOMP's inputs: zstd first, then LZ4
-	nZstd     int
-	descOff   int64         // offset of nvCOMP's argument arrays in staging
-	spill     []spillCopy   // CPU-decoded chunks that go to the arena by their own copy
-	inserts   []cacheInsert // decoded chunks copied into the chunk cache after assembly
-	err       error         // every part's: shutdown, a CUDA error, a planning bug
+	h2d       []cuda.HostCopy    // the H2D copies into the wave buffer's staging
+	ents      []nvEntry          // the GPU decoders' inputs, by decoder
+	ends      [plan.Decoders]int // decoder d's entries are ents[ends[d-1]:ends[d]]
+	descOff   int64              // offset of nvCOMP's argument arrays in staging
+	spill     []spillCopy        // CPU-decoded chunks that go to the arena by their own copy
+	inserts   []cacheInsert      // decoded chunks copied into the chunk cache after assembly
+	err       error              // every part's: shutdown, a CUDA error, a planning bug
 	submitted bool
 
 	// Parts whose batches found no slot free at assembly (the wave's first

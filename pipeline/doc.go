@@ -25,19 +25,20 @@
 //     (into the worker's scratch buffer, or the arena for large chunks and
 //     those the chunk cache keeps) and at once run the ptx.HostAssembly
 //     ops that read it into the batch slot. The CUDA engine routes each
-//     chunk at plan time (nvCOMP for every chunk it may take; a CPU worker
-//     for codecs nvCOMP lacks and for arrays where nvCOMP already refused
-//     a chunk), checks the bytes on CPU workers (checksums, zstd frame and
-//     block headers, blosc frames, whose zstd or LZ4 streams become nvCOMP
-//     entries), copies the slab's used prefix with nvCOMP's argument
-//     arrays and the assemble ops in one H2D copy, walks the LZ4 blocks on
-//     the GPU (ptx's LZ4 check kernel), decodes with nvCOMP into the
-//     wave's arena, reduces the statuses on
-//     the device, and runs the assemble kernel (which also undoes blosc's
-//     shuffles), on copy, decode and assemble streams chained by events; a
-//     retire thread waits on each wave in order (with a deadline), and
-//     decodes again on the CPU any chunk nvCOMP did not, then reassembles
-//     that wave.
+//     chunk at plan time (the GPU for every chunk it may take: zstd, LZ4
+//     and blosc, with nvCOMP loaded; a CPU worker for the other codecs and
+//     for arrays where the GPU already refused a chunk), checks the bytes
+//     on CPU workers (checksums, zstd frame and block headers, blosc
+//     frames, whose zstd or LZ4 streams become nvCOMP entries and whose
+//     blosclz streams entries of ptx's blosclz kernel), copies the slab's
+//     used prefix with the decoders' argument arrays and the assemble ops
+//     in one H2D copy, walks the LZ4 blocks on the GPU (ptx's LZ4 check
+//     kernel), decodes with nvCOMP and the blosclz kernel into the wave's
+//     arena, reduces the statuses on the device, and runs the assemble
+//     kernel (which also undoes blosc's shuffles), on copy, decode and
+//     assemble streams chained by events; a retire thread waits on each
+//     wave in order (with a deadline), and decodes again on the CPU any
+//     chunk the GPU did not, then reassembles that wave.
 //
 // On the CUDA engine a wave may span batches: an nvCOMP call takes about
 // as long for a few chunks as for a full wave, so the planner keeps each
@@ -123,7 +124,7 @@
 // Imports: the standard library; zarr (with zarr/blosc and zarr/remote),
 // cuda, nvcomp, ptx and dlpack; and the module's internal packages
 // internal/plan (the zarr-level plan of a batch, the assemble ops, the
-// rule for what nvCOMP receives), internal/cache (the LRU, a caching
+// rule for what the GPU's decoders receive), internal/cache (the LRU, a caching
 // zarr.Locator, the open-file cache) and internal/work (the worker pool),
 // which damacy bench's ceilings use too.
 // Package pipeline/sampler builds on it, and the command (cmd/damacy: its

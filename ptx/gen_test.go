@@ -79,6 +79,7 @@ func TestPTXHeaders(t *testing.T) {
 	}{
 		{"zassemble.ptx", assemblePTX, []string{"damacy_assemble"}},
 		{"zstatus.ptx", statusPTX, []string{"damacy_reduce_status"}},
+		{"zblosclz.ptx", bloscLZPTX, []string{"damacy_blosclz"}},
 	}
 	sources, err := filepath.Glob("*.cu")
 	if err != nil {

@@ -3,18 +3,22 @@ package ptx
 import (
 	_ "embed"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"structs"
 
 	"github.com/damacy-go/damacy/cuda"
 )
 
-// The generated PTX of assemble.cu and status.cu (see mkptx.sh).
+// The generated PTX of assemble.cu, status.cu and blosclz.cu (see
+// mkptx.sh).
 var (
 	//go:embed zassemble.ptx
 	assemblePTX string
 	//go:embed zstatus.ptx
 	statusPTX string
+	//go:embed zblosclz.ptx
+	bloscLZPTX string
 )
 
 // Kernels are the project's kernels, loaded into one context: the
@@ -24,33 +28,42 @@ var (
 type Kernels struct {
 	assembleModule cuda.Module
 	statusModule   cuda.Module
+	bloscLZModule  cuda.Module
 	assemble       cuda.Function
 	reduceStatus   cuda.Function
 	lz4Check       cuda.Function
+	bloscLZ        cuda.Function
 }
 
 // Load JIT-compiles the embedded PTX into the current context (the driver
 // caches the result on disk) and resolves the kernels. The calling thread
 // must have the context current, as inside cuda.Executor.Do.
 func Load() (*Kernels, error) {
-	return load([]byte(assemblePTX), []byte(statusPTX))
+	return load([]byte(assemblePTX), []byte(statusPTX), []byte(bloscLZPTX))
 }
 
-func load(assemble, status []byte) (*Kernels, error) {
+func load(assemble, status, blosclz []byte) (*Kernels, error) {
 	k := new(Kernels)
 	var err error
 	if k.assembleModule, err = cuda.LoadModule(assemble); err != nil {
 		return nil, fmt.Errorf("ptx: load zassemble.ptx: %w", err)
 	}
 	if k.statusModule, err = cuda.LoadModule(status); err != nil {
-		k.assembleModule.Unload()
+		k.Unload()
 		return nil, fmt.Errorf("ptx: load zstatus.ptx: %w", err)
+	}
+	if k.bloscLZModule, err = cuda.LoadModule(blosclz); err != nil {
+		k.Unload()
+		return nil, fmt.Errorf("ptx: load zblosclz.ptx: %w", err)
 	}
 	if k.assemble, err = k.assembleModule.Function("damacy_assemble"); err == nil {
 		k.reduceStatus, err = k.statusModule.Function("damacy_reduce_status")
 	}
 	if err == nil {
 		k.lz4Check, err = k.statusModule.Function("damacy_lz4_check")
+	}
+	if err == nil {
+		k.bloscLZ, err = k.bloscLZModule.Function("damacy_blosclz")
 	}
 	if err != nil {
 		k.Unload()
@@ -63,11 +76,8 @@ func load(assemble, status []byte) (*Kernels, error) {
 // context current. Work already queued still runs. Unload is safe to
 // repeat; the Kernels are unusable afterwards.
 func (k *Kernels) Unload() error {
-	err := k.assembleModule.Unload()
-	if err2 := k.statusModule.Unload(); err == nil {
-		err = err2
-	}
-	k.assemble, k.reduceStatus, k.lz4Check = 0, 0, 0
+	err := errors.Join(k.assembleModule.Unload(), k.statusModule.Unload(), k.bloscLZModule.Unload())
+	k.assemble, k.reduceStatus, k.lz4Check, k.bloscLZ = 0, 0, 0, 0
 	if err != nil {
 		return fmt.Errorf("ptx: unload: %w", err)
 	}
@@ -261,6 +271,66 @@ func (k *Kernels) LZ4Check(s cuda.Stream, ptrs, lens, expected cuda.DevicePtr, n
 	blocks := (n + lz4CheckThreads - 1) / lz4CheckThreads
 	if err := k.lz4Check.Launch(cuda.Dim3{X: uint32(blocks)}, cuda.Dim3{X: lz4CheckThreads}, 0, s, &params); err != nil {
 		return fmt.Errorf("ptx: lz4 check: %w", err)
+	}
+	return nil
+}
+
+// bloscLZParams mirrors kernels.h's struct damacy_blosclz_params.
+type bloscLZParams struct {
+	_        structs.HostLayout
+	ptrs     cuda.DevicePtr
+	lens     cuda.DevicePtr
+	outs     cuda.DevicePtr
+	caps     cuda.DevicePtr
+	actual   cuda.DevicePtr
+	statuses cuda.DevicePtr
+	n        uint32
+	_        uint32
+}
+
+// BloscLZArgs are the arrays of one blosclz launch, laid out as nvCOMP's
+// batched decoders take them (nvcomp.Batch): N entries each, 8-byte
+// aligned (Statuses 4-byte).
+type BloscLZArgs struct {
+	N int
+	// Ptrs and Lens are the streams' device addresses and uint64 lengths;
+	// Outs and Caps their outputs' addresses and uint64 sizes.
+	Ptrs, Lens, Outs, Caps cuda.DevicePtr
+	// Sizes receives the uint64 bytes each stream wrote, Statuses its
+	// int32 status (0: decoded).
+	Sizes, Statuses cuda.DevicePtr
+}
+
+// BloscLZ queues the blosclz kernel on s over a.N blosclz streams (of
+// blosc chunks). A stream decodes to exactly its output's size: one whose
+// length equals that size is stored raw (c-blosc's rule) and copied; a
+// damaged one gets status 12 (nvCOMP's nvcompErrorCannotDecompress) and
+// writes nothing outside its output.
+func (k *Kernels) BloscLZ(s cuda.Stream, a BloscLZArgs) error {
+	if k.bloscLZ == 0 {
+		return fmt.Errorf("ptx: blosclz on unloaded kernels: %w", ErrInvalid)
+	}
+	n := a.N
+	if n < 0 || n >= NoChunk {
+		return fmt.Errorf("ptx: blosclz of %d streams: %w", n, ErrInvalid)
+	}
+	if n == 0 {
+		return nil
+	}
+	for _, p := range []cuda.DevicePtr{a.Ptrs, a.Lens, a.Outs, a.Caps, a.Sizes} {
+		if p == 0 || p%8 != 0 {
+			return fmt.Errorf("ptx: blosclz: misaligned or nil array %v: %w", p, ErrInvalid)
+		}
+	}
+	if a.Statuses == 0 || a.Statuses%4 != 0 {
+		return fmt.Errorf("ptx: blosclz: misaligned or nil statuses %v: %w", a.Statuses, ErrInvalid)
+	}
+	params := bloscLZParams{ptrs: a.Ptrs, lens: a.Lens, outs: a.Outs, caps: a.Caps,
+		actual: a.Sizes, statuses: a.Statuses, n: uint32(n)}
+	const warps = bloscLZThreads / 32
+	blocks := (n + warps - 1) / warps
+	if err := k.bloscLZ.Launch(cuda.Dim3{X: uint32(blocks)}, cuda.Dim3{X: bloscLZThreads}, 0, s, &params); err != nil {
+		return fmt.Errorf("ptx: blosclz: %w", err)
 	}
 	return nil
 }

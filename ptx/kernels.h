@@ -1,4 +1,4 @@
-// Shared definitions of the assemble, status and LZ4 check kernels. Every
+// Shared definitions of the assemble, status, LZ4 check and blosclz kernels. Every
 // struct here is mirrored field for field by a Go struct (in ops.go,
 // transform.go, misfit.go or kernels.go); the static_asserts below pin the
 // layout, and a Go test reads them back and checks the Go side against
@@ -229,5 +229,32 @@ static_assert(offsetof(struct damacy_lz4_check_params, empty) == 24, "empty");
 static_assert(offsetof(struct damacy_lz4_check_params, n) == 32, "n");
 static_assert(offsetof(struct damacy_lz4_check_params, reserved) == 36, "reserved");
 static_assert(sizeof(struct damacy_lz4_check_params) == 40, "sizeof damacy_lz4_check_params");
+
+// The blosclz kernel's threads per block: one warp decodes one stream.
+#define DAMACY_BLOSCLZ_THREADS 128
+
+// The blosclz kernel's only parameter (Go: bloscLZParams). The six arrays
+// are n-entry slices of nvCOMP's own argument arrays, read and written as
+// nvCOMP's decoders do.
+struct damacy_blosclz_params {
+  unsigned long long ptrs;      // device address of n stream addresses
+  unsigned long long lens;      // device address of n uint64 stream lengths
+  unsigned long long outs;      // device address of n output addresses
+  unsigned long long caps;      // device address of n uint64 decoded sizes (output capacities)
+  unsigned long long actual;    // device address of n uint64 sizes written (output)
+  unsigned long long statuses;  // device address of n int32 statuses (output; 0: decoded)
+  unsigned int n;               // number of streams
+  unsigned int reserved;        // zero
+};
+
+static_assert(offsetof(struct damacy_blosclz_params, ptrs) == 0, "ptrs");
+static_assert(offsetof(struct damacy_blosclz_params, lens) == 8, "lens");
+static_assert(offsetof(struct damacy_blosclz_params, outs) == 16, "outs");
+static_assert(offsetof(struct damacy_blosclz_params, caps) == 24, "caps");
+static_assert(offsetof(struct damacy_blosclz_params, actual) == 32, "actual");
+static_assert(offsetof(struct damacy_blosclz_params, statuses) == 40, "statuses");
+static_assert(offsetof(struct damacy_blosclz_params, n) == 48, "n");
+static_assert(offsetof(struct damacy_blosclz_params, reserved) == 52, "reserved");
+static_assert(sizeof(struct damacy_blosclz_params) == 56, "sizeof damacy_blosclz_params");
 
 #endif

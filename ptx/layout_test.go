@@ -46,6 +46,10 @@ var cStructs = []struct {
 		"ptrs": "ptrs", "lens": "lens", "expected": "expected",
 		"empty": "empty", "n": "n", "reserved": "_",
 	}},
+	{"damacy_blosclz_params", reflect.TypeFor[bloscLZParams](), map[string]string{
+		"ptrs": "ptrs", "lens": "lens", "outs": "outs", "caps": "caps",
+		"actual": "actual", "statuses": "statuses", "n": "n", "reserved": "_",
+	}},
 }
 
 // TestStructLayout checks every Go mirror against the static_asserts of
@@ -142,6 +146,7 @@ func TestDefines(t *testing.T) {
 		"DAMACY_ASSEMBLE_GROUPS":           assembleGroups,
 		"DAMACY_STATUS_THREADS":            statusThreads,
 		"DAMACY_LZ4_CHECK_THREADS":         lz4CheckThreads,
+		"DAMACY_BLOSCLZ_THREADS":           bloscLZThreads,
 		"DAMACY_FILL":                      0,
 		"DAMACY_BOOL":                      int(Bool),
 		"DAMACY_INT8":                      int(Int8),

@@ -21,6 +21,7 @@ const (
 	assembleGroups         = 8    // DAMACY_ASSEMBLE_GROUPS
 	statusThreads          = 1024 // DAMACY_STATUS_THREADS
 	lz4CheckThreads        = 128  // DAMACY_LZ4_CHECK_THREADS
+	bloscLZThreads         = 128  // DAMACY_BLOSCLZ_THREADS
 
 	// maxOpElems bounds one op's box so that the kernel's 32-bit element
 	// indices and fast divisions (valid below 2^31) hold; Plan splits

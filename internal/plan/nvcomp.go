@@ -15,55 +15,72 @@ type Stream struct {
 	Dst, Size int
 }
 
-// NVCOMPStreams is the rule that decides what nvCOMP receives of a chunk:
+// A Decoder is what decodes a chunk's streams on the GPU.
+type Decoder int
+
+const (
+	Zstd     Decoder = iota // nvCOMP's zstd
+	LZ4                     // nvCOMP's LZ4
+	BloscLZ                 // the project's blosclz kernel (ptx.Kernels.BloscLZ)
+	Decoders                // how many decoders there are
+)
+
+// GPUStreams is the rule that decides what the GPU decodes of a chunk:
 // the streams of payload (the chunk's bytes past its checksums, of
-// compression c, n bytes decoded) and whether they are zstd (else LZ4), or
-// nil when nvCOMP must not take the chunk:
+// compression c, n bytes decoded) and their decoder, or nil when the GPU
+// must not take the chunk:
 //
 //   - zstd: the frame, when nvcomp.ZstdGPUCompatible accepts it (one frame
 //     stating its exact content size);
 //   - LZ4: the block past numcodecs' 4-byte size prefix, which must say n;
-//   - blosc: the streams of a frame of n bytes compressed with zstd, LZ4 or
-//     LZ4HC, not memcpyed and without a raw stream, every zstd stream
-//     accepted as a zstd chunk is.
+//   - blosc: the streams of a frame of n bytes, not memcpyed: compressed
+//     with zstd, LZ4 or LZ4HC (nvCOMP), without a raw stream, every zstd
+//     stream accepted as a zstd chunk is; or with blosclz (the blosclz
+//     kernel, which copies raw streams itself).
 //
-// aligned, when not nil, says whether a stream may start at offset off of
-// the payload (the CUDA engine passes nvCOMP's input alignment in its
-// staging slab). LZ4 blocks are not walked here: the CUDA engine walks
-// them on the GPU (ptx.LZ4Check, the twin of nvcomp.LZ4GPUCheck) just
-// before nvCOMP decodes them, and decodes those it refuses on the CPU.
-func NVCOMPStreams(c zarr.Compression, payload []byte, n int, aligned func(off int) bool) (streams []Stream, zstd bool) {
+// aligned, when not nil, says whether an nvCOMP stream may start at offset
+// off of the payload (the CUDA engine passes nvCOMP's input alignment in
+// its staging slab); the blosclz kernel reads bytes at any offset. LZ4
+// blocks are not walked here: the CUDA engine walks them on the GPU
+// (ptx.LZ4Check, the twin of nvcomp.LZ4GPUCheck) just before nvCOMP
+// decodes them, and decodes those it refuses on the CPU.
+func GPUStreams(c zarr.Compression, payload []byte, n int, aligned func(off int) bool) ([]Stream, Decoder) {
 	at := func(off int) bool { return aligned == nil || aligned(off) }
 	switch c {
 	case zarr.CompressionZstd:
 		if at(0) && nvcomp.ZstdGPUCompatible(payload, n) {
-			return []Stream{{Src: 0, Len: len(payload), Size: n}}, true
+			return []Stream{{Src: 0, Len: len(payload), Size: n}}, Zstd
 		}
 	case zarr.CompressionLZ4:
 		if len(payload) > 4 && at(4) && binary.LittleEndian.Uint32(payload) == uint32(n) {
-			return []Stream{{Src: 4, Len: len(payload) - 4, Size: n}}, false
+			return []Stream{{Src: 4, Len: len(payload) - 4, Size: n}}, LZ4
 		}
 	case zarr.CompressionBlosc:
 		f, err := blosc.Parse(payload)
 		if err != nil || f.Header.Nbytes != n || f.Header.Memcpyed() {
-			return nil, false
+			return nil, 0
 		}
-		comp := f.Header.Compressor()
-		zs := comp == blosc.Zstd
-		if !zs && comp != blosc.LZ4 && comp != blosc.LZ4HC {
-			return nil, false
+		dec := LZ4
+		switch f.Header.Compressor() {
+		case blosc.BloscLZ:
+			dec = BloscLZ
+		case blosc.Zstd:
+			dec = Zstd
+		case blosc.LZ4, blosc.LZ4HC:
+		default:
+			return nil, 0
 		}
 		streams := make([]Stream, 0, len(f.Streams))
 		for _, st := range f.Streams {
-			if st.Raw || !at(st.Src) {
-				return nil, false
+			if dec != BloscLZ && (st.Raw || !at(st.Src)) {
+				return nil, 0
 			}
-			if zs && !nvcomp.ZstdGPUCompatible(payload[st.Src:st.Src+st.CSize], st.Size) {
-				return nil, false
+			if dec == Zstd && !nvcomp.ZstdGPUCompatible(payload[st.Src:st.Src+st.CSize], st.Size) {
+				return nil, 0
 			}
 			streams = append(streams, Stream{Src: st.Src, Len: st.CSize, Dst: st.Dst, Size: st.Size})
 		}
-		return streams, zs
+		return streams, dec
 	}
-	return nil, false
+	return nil, 0
 }

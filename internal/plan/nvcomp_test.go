@@ -27,11 +27,27 @@ func compressible(n int) []byte {
 	return b
 }
 
-// decodeStream decodes one nvCOMP input on the CPU.
-func decodeStream(t *testing.T, zs bool, in []byte, n int) []byte {
+// decodeStream decodes one GPU decoder's input on the CPU.
+func decodeStream(t *testing.T, dec Decoder, in []byte, n int) []byte {
 	t.Helper()
 	out := make([]byte, n)
-	if zs {
+	switch {
+	case dec == BloscLZ && len(in) == n:
+		return in // a raw stream
+	case dec == BloscLZ:
+		// The stream alone, as a blosc chunk of one block of one stream.
+		c := make([]byte, blosc.HeaderSize+8, blosc.HeaderSize+8+len(in))
+		c[0], c[1], c[2], c[3] = 2, 1, 0x10, 1 // format 2, codec version 1, dont-split, blosclz, typesize 1
+		binary.LittleEndian.PutUint32(c[4:], uint32(n))
+		binary.LittleEndian.PutUint32(c[8:], uint32(n))
+		binary.LittleEndian.PutUint32(c[12:], uint32(len(c)+len(in)))
+		binary.LittleEndian.PutUint32(c[16:], uint32(blosc.HeaderSize+4))
+		binary.LittleEndian.PutUint32(c[20:], uint32(len(in)))
+		if k, err := blosc.DecodeNoUnshuffle(out, append(c, in...)); err != nil || k != n {
+			t.Fatalf("blosclz stream: %d bytes, %v; want %d", k, err, n)
+		}
+		return out
+	case dec == Zstd:
 		d, err := zstd.NewReader(nil)
 		if err != nil {
 			t.Fatal(err)
@@ -58,25 +74,25 @@ func payloads(payload []byte, streams []Stream) [][]byte {
 	return out
 }
 
-// TestNVCOMPStreams checks that the inputs NVCOMPStreams gives nvCOMP are
-// the chunk's data: decoded and put at their places, the streams of a
-// blosc chunk give its bytes before unshuffling, and a zstd or LZ4 chunk
-// is one stream of its decoded bytes. Chunks nvCOMP must not take give
-// none.
-func TestNVCOMPStreams(t *testing.T) {
+// TestGPUStreams checks that the inputs GPUStreams gives the GPU's
+// decoders are the chunk's data: decoded and put at their places, the
+// streams of a blosc chunk give its bytes before unshuffling, and a zstd
+// or LZ4 chunk is one stream of its decoded bytes. Chunks the GPU must not
+// take give none.
+func TestGPUStreams(t *testing.T) {
 	const n = 256 << 10
 	raw := compressible(n)
 
 	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderCRC(false))
 	zframe := enc.EncodeAll(raw, nil)
-	streams, zs := NVCOMPStreams(zarr.CompressionZstd, zframe, n, nil)
-	if len(streams) != 1 || !zs || streams[0].Size != n || !bytes.Equal(decodeStream(t, true, payloads(zframe, streams)[0], n), raw) {
-		t.Fatalf("zstd chunk: zstd %v, %d streams", zs, len(streams))
+	streams, dec := GPUStreams(zarr.CompressionZstd, zframe, n, nil)
+	if len(streams) != 1 || dec != Zstd || streams[0].Size != n || !bytes.Equal(decodeStream(t, dec, payloads(zframe, streams)[0], n), raw) {
+		t.Fatalf("zstd chunk: decoder %v, %d streams", dec, len(streams))
 	}
-	if streams, _ := NVCOMPStreams(zarr.CompressionZstd, zframe, n-1, nil); streams != nil {
+	if streams, _ := GPUStreams(zarr.CompressionZstd, zframe, n-1, nil); streams != nil {
 		t.Fatal("zstd chunk of the wrong size accepted")
 	}
-	if streams, _ := NVCOMPStreams(zarr.CompressionZstd, zframe, n, func(int) bool { return false }); streams != nil {
+	if streams, _ := GPUStreams(zarr.CompressionZstd, zframe, n, func(int) bool { return false }); streams != nil {
 		t.Fatal("zstd chunk at a misaligned offset accepted")
 	}
 
@@ -87,30 +103,41 @@ func TestNVCOMPStreams(t *testing.T) {
 	}
 	lz := binary.LittleEndian.AppendUint32(nil, n)
 	lz = append(lz, blk[:k]...)
-	streams, zs = NVCOMPStreams(zarr.CompressionLZ4, lz, n, nil)
-	if len(streams) != 1 || zs || !bytes.Equal(decodeStream(t, false, payloads(lz, streams)[0], n), raw) {
-		t.Fatalf("lz4 chunk: zstd %v, %d streams", zs, len(streams))
+	streams, dec = GPUStreams(zarr.CompressionLZ4, lz, n, nil)
+	if len(streams) != 1 || dec != LZ4 || !bytes.Equal(decodeStream(t, dec, payloads(lz, streams)[0], n), raw) {
+		t.Fatalf("lz4 chunk: decoder %v, %d streams", dec, len(streams))
 	}
-	if streams, _ := NVCOMPStreams(zarr.CompressionLZ4, lz, n-1, nil); streams != nil {
+	if streams, _ := GPUStreams(zarr.CompressionLZ4, lz, n-1, nil); streams != nil {
 		t.Fatal("lz4 chunk whose size prefix is not its size accepted")
 	}
-	if streams, _ := NVCOMPStreams(zarr.CompressionLZ4, lz, n, func(off int) bool { return off != 4 }); streams != nil {
+	if streams, _ := GPUStreams(zarr.CompressionLZ4, lz, n, func(off int) bool { return off != 4 }); streams != nil {
 		t.Fatal("lz4 block at a misaligned offset accepted")
 	}
 	// A truncated block keeps its prefix: the rule passes it to the LZ4
 	// walk on the GPU, which refuses it as nvcomp.LZ4GPUCheck does.
 	cut := lz[:len(lz)-1]
-	streams, _ = NVCOMPStreams(zarr.CompressionLZ4, cut, n, nil)
+	streams, _ = GPUStreams(zarr.CompressionLZ4, cut, n, nil)
 	if len(streams) != 1 || nvcomp.LZ4GPUCheck(payloads(cut, streams)[0], n) == nil {
 		t.Fatal("a truncated lz4 block: not passed on, or passes the GPU check")
 	}
 
+	r := rand.New(rand.NewPCG(zarrtest.Seed(t), 0))
+	noise := make([]byte, n)
+	for i := range noise {
+		noise[i] = byte(r.Uint32())
+	}
 	for _, c := range []struct {
 		comp blosc.Compressor
-		zstd bool
-	}{{blosc.LZ4, false}, {blosc.Zstd, true}} {
+		dec  Decoder
+	}{{blosc.LZ4, LZ4}, {blosc.LZ4HC, LZ4}, {blosc.Zstd, Zstd}, {blosc.BloscLZ, BloscLZ}} {
 		for _, sh := range []blosc.Shuffle{blosc.NoShuffle, blosc.ByteShuffle, blosc.BitShuffle} {
-			frame, err := blosc.Encode(raw, blosc.Options{Compressor: c.comp, Level: 5, Shuffle: sh, Typesize: 2, Blocksize: 32 << 10})
+			data := raw
+			if c.dec == BloscLZ && sh == blosc.ByteShuffle {
+				// Half noise: its streams are stored raw, which the
+				// kernel copies (all noise would be memcpyed).
+				data = append(bytes.Clone(noise[:n/2]), raw[n/2:]...)
+			}
+			frame, err := blosc.Encode(data, blosc.Options{Compressor: c.comp, Level: 5, Shuffle: sh, Typesize: 2, Blocksize: 32 << 10})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,13 +149,22 @@ func TestNVCOMPStreams(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			streams, zs := NVCOMPStreams(zarr.CompressionBlosc, frame, n, nil)
-			if zs != c.zstd || len(streams) != len(f.Streams) || len(streams) == 0 {
-				t.Fatalf("blosc %v shuffle %v: zstd %v, %d streams of %d", c.comp, sh, zs, len(streams), len(f.Streams))
+			// Misaligned streams are nvCOMP's concern, not the kernel's.
+			aligned := func(off int) bool { return c.dec != BloscLZ || off%8 == 0 }
+			streams, dec := GPUStreams(zarr.CompressionBlosc, frame, n, aligned)
+			if dec != c.dec || len(streams) != len(f.Streams) || len(streams) == 0 {
+				t.Fatalf("blosc %v shuffle %v: decoder %v, %d streams of %d", c.comp, sh, dec, len(streams), len(f.Streams))
 			}
 			got := make([]byte, n)
+			raws := 0
 			for i, s := range payloads(frame, streams) {
-				copy(got[streams[i].Dst:], decodeStream(t, zs, s, streams[i].Size))
+				copy(got[streams[i].Dst:], decodeStream(t, dec, s, streams[i].Size))
+				if len(s) == streams[i].Size {
+					raws++
+				}
+			}
+			if (raws > 0) != (&data[0] != &raw[0]) {
+				t.Fatalf("blosc %v shuffle %v: %d raw streams", c.comp, sh, raws)
 			}
 			if !bytes.Equal(got, want) {
 				t.Fatalf("blosc %v shuffle %v: the streams do not give the chunk's bytes", c.comp, sh)
@@ -139,22 +175,17 @@ func TestNVCOMPStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if streams, _ := NVCOMPStreams(zarr.CompressionBlosc, memcpyed, n, nil); streams != nil {
+	if streams, _ := GPUStreams(zarr.CompressionBlosc, memcpyed, n, nil); streams != nil {
 		t.Fatal("memcpyed blosc chunk accepted")
-	}
-	r := rand.New(rand.NewPCG(zarrtest.Seed(t), 0))
-	noise := make([]byte, n)
-	for i := range noise {
-		noise[i] = byte(r.Uint32())
 	}
 	stored, err := blosc.Encode(noise, blosc.Options{Compressor: blosc.LZ4, Level: 5, Shuffle: blosc.ByteShuffle, Typesize: 2, Blocksize: 32 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if streams, _ := NVCOMPStreams(zarr.CompressionBlosc, stored, n, nil); streams != nil {
+	if streams, _ := GPUStreams(zarr.CompressionBlosc, stored, n, nil); streams != nil {
 		t.Fatal("blosc chunk of incompressible data (raw streams) accepted")
 	}
-	if streams, _ := NVCOMPStreams(zarr.CompressionGzip, zframe, n, nil); streams != nil {
+	if streams, _ := GPUStreams(zarr.CompressionGzip, zframe, n, nil); streams != nil {
 		t.Fatal("gzip chunk accepted")
 	}
 }

@@ -70,7 +70,8 @@ func lz4Walks(payload []byte, streams []plan.Stream) bool {
 }
 
 // nvcompSample is what nvCOMP takes of a decode sample, as the CUDA
-// engine sends it (plan.NVCOMPStreams; LZ4 blocks that pass the GPU
+// engine sends it (plan.GPUStreams, but blosclz streams, which go to the
+// project's own kernel; LZ4 blocks that pass the GPU
 // check, which runs before each decode as in the engine; the CPU decodes
 // the other chunks). Each source's engine decodes its waves on a stream of
 // its own, so decode-only (nvcomp) times one batched call per source and
@@ -103,12 +104,12 @@ func selectNVCOMP(ds *decodeSample, maxBytes []int) (*nvcompSample, error) {
 			return nil, err
 		}
 		n, limit := r.decodedBytes(), maxBytes[r.source]
-		streams, zstd := plan.NVCOMPStreams(rt.Compression, p, n, nil)
-		if streams == nil || !zstd && !lz4Walks(p, streams) || n > limit {
+		streams, dec := plan.GPUStreams(rt.Compression, p, n, nil)
+		if streams == nil || dec == plan.BloscLZ || dec == plan.LZ4 && !lz4Walks(p, streams) || n > limit {
 			continue
 		}
 		in, bytes := &s.lz[r.source], &s.lz4Bytes
-		if zstd {
+		if dec == plan.Zstd {
 			in, bytes = &s.zs[r.source], &s.zstdBytes
 		}
 		*bytes += int64(n)
