@@ -57,8 +57,8 @@ type Stats struct {
 	SamplesEmitted  int64 // samples delivered in batches
 	SamplesSkipped  int64 // samples left out of their batches (Config.OnError: OnErrorSkip; Batch.Skipped)
 	ChunksDecoded   int64 // distinct chunks decoded
-	ChunksGPU       int64 // of which decoded by nvCOMP
-	ChunksRedecoded int64 // chunks the CPU decoded again after nvCOMP failed on them (a failed status, or an LZ4 block the GPU check refused) or on a zstd chunk of their wave
+	ChunksGPU       int64 // of which decoded on the GPU (by nvCOMP or the blosclz kernel)
+	ChunksRedecoded int64 // chunks the CPU decoded again after the GPU failed on them (a failed status, an LZ4 block the GPU check refused, a damaged blosclz stream) or on a zstd chunk of their wave
 	ChunksFill      int64 // chunk regions filled (missing chunks or shards)
 	ChunksDeduped   int64 // chunk uses served by a chunk already decoded in the same wave
 	ReadOps         int64 // reads issued after coalescing

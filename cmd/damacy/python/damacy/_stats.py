@@ -79,8 +79,8 @@ class Stats:
     waves_shared: int = 0  #: of waves_emitted, waves that carried chunks of more than one batch (CUDA engine)
     samples_emitted: int = 0
     chunks_decoded: int = 0
-    chunks_gpu: int = 0  #: of chunks_decoded, decoded by nvCOMP
-    chunks_redecoded: int = 0  #: decoded again on the CPU after nvCOMP refused them
+    chunks_gpu: int = 0  #: of chunks_decoded, decoded on the GPU (nvCOMP or the blosclz kernel)
+    chunks_redecoded: int = 0  #: decoded again on the CPU after the GPU refused them
     chunks_fill: int = 0  #: chunk regions filled (missing chunks or shards)
     chunks_deduped: int = 0  #: chunk uses served by a chunk decoded in the same wave
     read_ops: int = 0
