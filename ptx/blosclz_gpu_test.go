@@ -280,9 +280,11 @@ func TestBloscLZGPU(t *testing.T) {
 		case ok && !bytes.Equal(outs[i], c.want):
 			errs++
 			t.Errorf("stream %d (%d bytes, size %d): GPU bytes differ from the host's", i, len(c.src), c.size)
-		case !ok && statuses[i] != 12:
+		case !ok && statuses[i] != 12 && statuses[i] != 0:
+			// A damaged stream: 12; one that decodes to another size
+			// than its output's: 0, the size telling (as nvCOMP's).
 			errs++
-			t.Errorf("stream %d: failed with status %d, want 12", i, statuses[i])
+			t.Errorf("stream %d: failed with status %d, want 12 or 0", i, statuses[i])
 		case ok:
 			decoded++
 			if len(c.src) == c.size {
