@@ -56,16 +56,20 @@ def torch():
 
 
 def write_array(path: str, data: np.ndarray, codec: str) -> None:
-    """A zarr v3 array with chunks (4, 6, 5) in shards (8, 12, 10)."""
+    """A zarr v3 array with chunks (4, 6, 5) in shards (8, 12, 10); codec:
+    zstd, blosc (lz4, byte shuffle) or blosclz (blosc blosclz level 9, bit
+    shuffle; the CUDA engine's own kernel decodes it)."""
     try:
         import zarr
         import zarr.codecs as zc
     except ImportError:
         zarr = None
     if zarr is not None:
-        compressor = (
-            zc.ZstdCodec(level=3) if codec == "zstd" else zc.BloscCodec(cname="lz4", shuffle="shuffle")
-        )
+        compressor = {
+            "zstd": lambda: zc.ZstdCodec(level=3),
+            "blosc": lambda: zc.BloscCodec(cname="lz4", shuffle="shuffle"),
+            "blosclz": lambda: zc.BloscCodec(cname="blosclz", clevel=9, shuffle="bitshuffle"),
+        }[codec]()
         arr = zarr.create_array(
             store=path,
             shape=data.shape,
@@ -85,9 +89,9 @@ def write_array(path: str, data: np.ndarray, codec: str) -> None:
         else {
             "name": "blosc",
             "configuration": {
-                "cname": "lz4",
-                "clevel": 5,
-                "shuffle": "shuffle",
+                "cname": "lz4" if codec == "blosc" else "blosclz",
+                "clevel": 5 if codec == "blosc" else 9,
+                "shuffle": "shuffle" if codec == "blosc" else "bitshuffle",
                 "typesize": data.dtype.itemsize,
                 "blocksize": 0,
             },
@@ -158,7 +162,10 @@ def stores(tmp_path_factory) -> Dict[str, str]:
     u16 = rng.integers(0, 65535, size=SHAPE, dtype=np.uint16)
     f32 = rng.normal(0, 100, size=SHAPE).astype(np.float32)
     f32.reshape(-1)[rng.choice(f32.size, 4, replace=False)] = np.nan
-    for name, data, codec in [("u16", u16, "zstd"), ("f32", f32, "blosc")]:
+    # Smooth with noise: blosclz compresses some of its streams and stores
+    # others raw.
+    i16 = np.cumsum(rng.integers(-40, 41, size=SHAPE), axis=2).astype(np.int16)
+    for name, data, codec in [("u16", u16, "zstd"), ("f32", f32, "blosc"), ("i16", i16, "blosclz")]:
         path = str(root / f"{name}.zarr")
         write_array(path, data, codec)
         out[name] = path
@@ -176,7 +183,7 @@ def boxes(n: int, seed: int) -> List[List[Tuple[int, int]]]:
 def samples_of(stores: Dict[str, str], n: int, seed: int) -> List[damacy.Sample]:
     out = []
     for i, box in enumerate(boxes(n, seed)):
-        out.append(damacy.Sample(stores["u16" if i % 2 else "f32"], box))
+        out.append(damacy.Sample(stores[("f32", "u16", "i16")[i % 3]], box))
     return out
 
 
