@@ -51,10 +51,11 @@ and then the ceilings, measured in the same run over the same boxes:
                     in flight as the run had (io_concurrency) into a staging
                     buffer of up to 1 GiB
   decode-only       those chunks decoded on the CPU, one decoder per core;
-                    and, when the CUDA engine decoded with nvCOMP, what it
-                    sends nvCOMP of them (zstd and LZ4 chunks, the streams
-                    of blosc chunks; LZ4 with its GPU check), per codec in
-                    one batched call as large as one of the run's waves
+                    and, when the CUDA engine decoded on the GPU, what it
+                    sends the GPU of them (zstd and LZ4 chunks and the
+                    streams of blosc chunks to nvCOMP, LZ4 with its GPU
+                    check; blosclz streams to damacy's kernel), per codec
+                    in one batched call as large as one of the run's waves
                     (half of device_buffer_bytes, at most 512 MiB)
   assemble-only     one batch gathered and cast from decoded chunks by the
                     assemble code the engines run (on the CPU; and on the
@@ -87,7 +88,7 @@ Each ceiling is also given as output GB/s: its rate over the bytes its
 stage handled per byte of output while the measured batches were popped
 (per out), both the run's own counters, every source's: a replay by the
 bytes the run read (by pread only, for the pread replay: not those it
-copied from mapped files), decode-only by the bytes it decoded (nvCOMP's
+copied from mapped files), decode-only by the bytes it decoded (the GPU's
 by the part of them it takes), h2d by the bytes it copied. The run reads
 and decodes a chunk once per batch however many of its boxes use it, as
 the replays and decode-only do; the work of the batches planned ahead,

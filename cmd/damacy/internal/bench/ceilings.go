@@ -138,10 +138,10 @@ func measureCeilings(ctx context.Context, sc *Scenario, bs *boxSet, rep *Report,
 		if err != nil {
 			errs = append(errs, fmt.Errorf("decode-only (nvcomp): %w", err))
 		} else {
-			// nvCOMP decodes only the chunks it takes, the CPU the others.
+			// The GPU decodes only the chunks it takes, the CPU the others.
 			sl.apply(&c, sl.decoded*share)
 			if share < 1 {
-				c.Note = fmt.Sprintf("nvCOMP takes %.0f%% of the decoded bytes", 100*share)
+				c.Note = fmt.Sprintf("the GPU takes %.0f%% of the decoded bytes", 100*share)
 			}
 			cs = append(cs, c)
 		}

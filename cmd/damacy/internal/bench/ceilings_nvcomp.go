@@ -69,27 +69,29 @@ func lz4Walks(payload []byte, streams []plan.Stream) bool {
 	return true
 }
 
-// nvcompSample is what nvCOMP takes of a decode sample, as the CUDA
-// engine sends it (plan.GPUStreams, but blosclz streams, which go to the
-// project's own kernel; LZ4 blocks that pass the GPU
+// nvcompSample is what the GPU's decoders take of a decode sample, as the
+// CUDA engine sends it (plan.GPUStreams; LZ4 blocks that pass the GPU
 // check, which runs before each decode as in the engine; the CPU decodes
 // the other chunks). Each source's engine decodes its waves on a stream of
 // its own, so decode-only (nvcomp) times one batched call per source and
-// codec, the sources' calls at once: zs and lz are those calls' inputs,
-// per source, up to the source's maxBytes decoded each. zstdBytes and
-// lz4Bytes count the decoded bytes of every chunk of the sample nvCOMP
-// takes, per codec, whether a call holds it or not (a chunk larger than a
-// call it does not take).
+// decoder (nvCOMP's zstd and LZ4, the blosclz kernel), the sources' calls
+// at once: calls[d][k] is decoder d's call for source k, up to the
+// source's maxBytes decoded. bytes[d] counts the decoded bytes of every
+// chunk of the sample decoder d takes, whether a call holds it or not (a
+// chunk larger than a call it does not take).
 type nvcompSample struct {
-	zs, lz              []nvcompInputs // per source
-	zstdBytes, lz4Bytes int64          // decoded bytes of the sample's chunks nvCOMP takes
-	decoded             int64          // decoded bytes of all the sample's chunks
+	calls   [plan.Decoders][]nvcompInputs // per decoder, per source
+	bytes   [plan.Decoders]int64          // decoded bytes of the sample's chunks each decoder takes
+	decoded int64                         // decoded bytes of all the sample's chunks
 }
 
-// selectNVCOMP picks the sample's chunks nvCOMP takes, source k's calls
-// holding up to maxBytes[k] decoded bytes each.
+// selectNVCOMP picks the sample's chunks the GPU's decoders take, source
+// k's calls holding up to maxBytes[k] decoded bytes each.
 func selectNVCOMP(ds *decodeSample, maxBytes []int) (*nvcompSample, error) {
-	s := &nvcompSample{decoded: ds.decoded, zs: make([]nvcompInputs, len(maxBytes)), lz: make([]nvcompInputs, len(maxBytes))}
+	s := &nvcompSample{decoded: ds.decoded}
+	for d := range s.calls {
+		s.calls[d] = make([]nvcompInputs, len(maxBytes))
+	}
 	for i := range ds.refs {
 		r := &ds.refs[i]
 		rt := r.chunk.Codec.Route()
@@ -105,14 +107,11 @@ func selectNVCOMP(ds *decodeSample, maxBytes []int) (*nvcompSample, error) {
 		}
 		n, limit := r.decodedBytes(), maxBytes[r.source]
 		streams, dec := plan.GPUStreams(rt.Compression, p, n, nil)
-		if streams == nil || dec == plan.BloscLZ || dec == plan.LZ4 && !lz4Walks(p, streams) || n > limit {
+		if streams == nil || dec == plan.LZ4 && !lz4Walks(p, streams) || n > limit {
 			continue
 		}
-		in, bytes := &s.lz[r.source], &s.lz4Bytes
-		if dec == plan.Zstd {
-			in, bytes = &s.zs[r.source], &s.zstdBytes
-		}
-		*bytes += int64(n)
+		s.bytes[dec] += int64(n)
+		in := &s.calls[dec][r.source]
 		if in.total+n > limit {
 			continue
 		}
@@ -123,33 +122,39 @@ func selectNVCOMP(ds *decodeSample, maxBytes []int) (*nvcompSample, error) {
 	return s, nil
 }
 
-// share is the part of the sample's decoded bytes that nvCOMP decodes.
-func (s *nvcompSample) share() float64 {
-	return float64(s.zstdBytes+s.lz4Bytes) / float64(max(s.decoded, 1))
+// taken is the decoded bytes of the sample's chunks the GPU decodes.
+func (s *nvcompSample) taken() int64 {
+	var n int64
+	for _, b := range s.bytes {
+		n += b
+	}
+	return n
 }
 
-// rate is the rate at which nvCOMP decodes the chunks it takes, given each
-// codec's rate (GB/s of decoded bytes): each codec's chunks take their
+// share is the part of the sample's decoded bytes that the GPU decodes.
+func (s *nvcompSample) share() float64 {
+	return float64(s.taken()) / float64(max(s.decoded, 1))
+}
+
+// rate is the rate at which the GPU decodes the chunks it takes, given each
+// decoder's rate (GB/s of decoded bytes): each decoder's chunks take their
 // part of the time in their proportion in the sample (not in the calls'
 // proportion, which maxBytes may cut).
-func (s *nvcompSample) rate(zstdGBps, lz4GBps float64) float64 {
+func (s *nvcompSample) rate(gbps [plan.Decoders]float64) float64 {
 	var secs float64
-	for _, x := range []struct {
-		bytes int64
-		gbps  float64
-	}{{s.zstdBytes, zstdGBps}, {s.lz4Bytes, lz4GBps}} {
-		if x.bytes == 0 {
+	for d, bytes := range s.bytes {
+		if bytes == 0 {
 			continue
 		}
-		if x.gbps <= 0 {
+		if gbps[d] <= 0 {
 			return 0
 		}
-		secs += float64(x.bytes) / x.gbps
+		secs += float64(bytes) / gbps[d]
 	}
 	if secs == 0 {
 		return 0
 	}
-	return float64(s.zstdBytes+s.lz4Bytes) / secs
+	return float64(s.taken()) / secs
 }
 
 // nonEmpty returns the calls of ins that hold a chunk.
@@ -163,14 +168,15 @@ func nonEmpty(ins []nvcompInputs) []*nvcompInputs {
 	return out
 }
 
-// nvcompDecodeOnly times nvCOMP's batched decoders over what the CUDA
-// engine sends it of the sample's chunks (selectNVCOMP): for zstd, then
-// for LZ4, one batched call per source of up to maxBytes[source] decoded
-// bytes (sourceCallBytes), the sources' calls on a stream each and
-// repeated at once, with every chunk's status and size checked once. The
-// rate is that of both codecs in their proportion in the sample; share is
-// the part of the sample's decoded bytes nvCOMP takes (the CPU decodes
-// the rest), by which the caller scales the rate to output bytes.
+// nvcompDecodeOnly times the GPU's decoders (nvCOMP's batched zstd and
+// LZ4, the blosclz kernel) over what the CUDA engine sends them of the
+// sample's chunks (selectNVCOMP): for each decoder in turn, one batched
+// call per source of up to maxBytes[source] decoded bytes
+// (sourceCallBytes), the sources' calls on a stream each and repeated at
+// once, with every chunk's status and size checked once. The rate is that
+// of the decoders in their proportion in the sample; share is the part of
+// the sample's decoded bytes the GPU takes (the CPU decodes the rest), by
+// which the caller scales the rate to output bytes.
 func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes []int) (c Ceiling, share float64, err error) {
 	lib, err := nvcomp.Load()
 	if err != nil {
@@ -180,9 +186,8 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes []int) (c Ceilin
 	if err != nil {
 		return Ceiling{}, 0, err
 	}
-	zs, lz := nonEmpty(sel.zs), nonEmpty(sel.lz)
-	if len(zs)+len(lz) == 0 {
-		return Ceiling{}, 0, errors.New("no chunk of the sample is one that nvCOMP decodes")
+	if sel.taken() == 0 {
+		return Ceiling{}, 0, errors.New("no chunk of the sample is one that the GPU decodes")
 	}
 	ex, err := gpuExecutor(device)
 	if err != nil {
@@ -190,27 +195,21 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes []int) (c Ceilin
 	}
 	defer ex.Close()
 	var parts []string
-	var rates [2]float64 // zstd, LZ4
-	for i, x := range []struct {
-		alg   nvcomp.Algorithm
-		calls []*nvcompInputs
-	}{{nvcomp.Zstd, zs}, {nvcomp.LZ4, lz}} {
-		if len(x.calls) == 0 {
+	var rates [plan.Decoders]float64
+	for d := range plan.Decoders {
+		calls := nonEmpty(sel.calls[d])
+		if len(calls) == 0 {
 			continue
 		}
 		var bytes int64
 		var el time.Duration
 		err = ex.Do(func() error {
-			var k *ptx.Kernels
-			if x.alg == nvcomp.LZ4 {
-				var err error
-				if k, err = ptx.Load(); err != nil {
-					return err
-				}
-				defer k.Unload()
+			k, err := ptx.Load()
+			if err != nil {
+				return err
 			}
-			var err error
-			bytes, el, err = nvcompTime(lib, x.alg, x.calls, k)
+			defer k.Unload()
+			bytes, el, err = nvcompTime(lib, d, calls, k)
 			return err
 		})
 		if err != nil {
@@ -218,25 +217,49 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes []int) (c Ceilin
 		}
 		c.Bytes += bytes
 		c.Time += el
-		rates[i] = float64(bytes) / el.Seconds() / 1e9
+		rates[d] = float64(bytes) / el.Seconds() / 1e9
 		streams := 0
-		for _, in := range x.calls {
+		for _, in := range calls {
 			streams += len(in.sizes)
 		}
-		parts = append(parts, fmt.Sprintf("%s %d streams in %d call(s) at once", x.alg, streams, len(x.calls)))
+		parts = append(parts, fmt.Sprintf("%s %d streams in %d call(s) at once", decoderName(d), streams, len(calls)))
 	}
 	return Ceiling{
 		Name: "decode-only (nvcomp)", Of: "decoded",
 		Detail: fmt.Sprintf("%s, %s, one batched call per source on a stream each, %d rounds", lib.Version, strings.Join(parts, " + "), nvcompCalls),
-		Bytes:  c.Bytes, Time: c.Time, GBps: sel.rate(rates[0], rates[1]), Limits: true,
+		Bytes:  c.Bytes, Time: c.Time, GBps: sel.rate(rates), Limits: true,
 	}, sel.share(), nil
+}
+
+// decoderName names decoder d in the ceiling's detail.
+func decoderName(d plan.Decoder) string {
+	switch d {
+	case plan.Zstd:
+		return nvcomp.Zstd.String()
+	case plan.LZ4:
+		return nvcomp.LZ4.String()
+	}
+	return "blosclz (kernel)"
+}
+
+// algorithm is nvCOMP's algorithm of decoder d (the blosclz kernel has
+// none: false).
+func algorithm(d plan.Decoder) (nvcomp.Algorithm, bool) {
+	switch d {
+	case plan.Zstd:
+		return nvcomp.Zstd, true
+	case plan.LZ4:
+		return nvcomp.LZ4, true
+	}
+	return 0, false
 }
 
 // nvcompCalls is how many times nvcompTime repeats its batched calls.
 const nvcompCalls = 10
 
-// nvcompRun is one batched call laid out in device memory: its decoder,
-// its arrays and where the statuses and sizes land.
+// nvcompRun is one batched call laid out in device memory: its nvCOMP
+// decoder (nil for the blosclz kernel), its arrays and where the statuses
+// and sizes land.
 type nvcompRun struct {
 	in              *nvcompInputs
 	dec             *nvcomp.Decoder
@@ -244,25 +267,35 @@ type nvcompRun struct {
 	dStatus, dSizes cuda.DevicePtr
 }
 
+// close closes the run's nvCOMP decoder, if any.
+func (r *nvcompRun) close() {
+	if r.dec != nil {
+		r.dec.Close()
+	}
+}
+
 // layOut copies the inputs into device memory taken from alloc and makes
-// the decoder and the batch of their call. It runs on an executor's
-// thread; the caller closes the decoder.
-func layOut(lib *nvcomp.Library, alg nvcomp.Algorithm, ins *nvcompInputs, alloc func(int) (cuda.DevicePtr, error)) (*nvcompRun, error) {
+// the nvCOMP decoder (for decoder d but blosclz) and the batch of their
+// call. It runs on an executor's thread; the caller closes the run.
+func layOut(lib *nvcomp.Library, d plan.Decoder, ins *nvcompInputs, alloc func(int) (cuda.DevicePtr, error)) (*nvcompRun, error) {
 	payloads, sizes, total := ins.payloads, ins.sizes, ins.total
 	maxChunk := 0
 	for _, n := range sizes {
 		maxChunk = max(maxChunk, n)
 	}
-	dec, err := lib.NewDecoder(nvcomp.DecoderConfig{Algorithm: alg, MaxChunks: len(payloads), MaxChunkBytes: maxChunk, MaxTotalBytes: total})
-	if err != nil {
-		return nil, err
+	r := &nvcompRun{in: ins}
+	var al nvcomp.Alignment
+	if alg, ok := algorithm(d); ok {
+		var err error
+		if r.dec, err = lib.NewDecoder(nvcomp.DecoderConfig{Algorithm: alg, MaxChunks: len(payloads), MaxChunkBytes: maxChunk, MaxTotalBytes: total}); err != nil {
+			return nil, err
+		}
+		al = r.dec.Alignment()
 	}
-	r := &nvcompRun{in: ins, dec: dec}
 	fail := func(err error) (*nvcompRun, error) {
-		dec.Close()
+		r.close()
 		return nil, err
 	}
-	al := dec.Alignment()
 	// Host images of the compressed data and of the outputs' layout.
 	inOff := make([]int64, len(payloads))
 	outOff := make([]int64, len(payloads))
@@ -346,18 +379,18 @@ func (r *nvcompRun) check() error {
 }
 
 // nvcompTime lays each call's inputs out in device memory, decodes them
-// once with alg on a stream per call, then times rounds of every call at
-// once and checks the statuses: it returns the bytes decoded and the
-// time. With kernels k (LZ4), each decode is preceded by the GPU check the
-// CUDA engine runs on LZ4 blocks (ptx.LZ4Check). It runs on an executor's
-// thread.
-func nvcompTime(lib *nvcomp.Library, alg nvcomp.Algorithm, calls []*nvcompInputs, k *ptx.Kernels) (bytes int64, el time.Duration, err error) {
+// once with decoder d on a stream per call, then times rounds of every
+// call at once and checks the statuses: it returns the bytes decoded and
+// the time. Each LZ4 decode is preceded by the GPU check the CUDA engine
+// runs on LZ4 blocks (k.LZ4Check); blosclz is k's kernel. It runs on an
+// executor's thread.
+func nvcompTime(lib *nvcomp.Library, d plan.Decoder, calls []*nvcompInputs, k *ptx.Kernels) (bytes int64, el time.Duration, err error) {
 	var bufs []*cuda.DevicePtr
 	var runs []*nvcompRun
 	var streams []cuda.Stream
 	defer func() {
 		for _, r := range runs {
-			r.dec.Close()
+			r.close()
 		}
 		for i := range streams {
 			streams[i].Destroy()
@@ -374,7 +407,7 @@ func nvcompTime(lib *nvcomp.Library, alg nvcomp.Algorithm, calls []*nvcompInputs
 		return p, err
 	}
 	for _, in := range calls {
-		r, err := layOut(lib, alg, in, alloc)
+		r, err := layOut(lib, d, in, alloc)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -386,7 +419,7 @@ func nvcompTime(lib *nvcomp.Library, alg nvcomp.Algorithm, calls []*nvcompInputs
 		streams = append(streams, s)
 	}
 	var empty cuda.DevicePtr
-	if k != nil {
+	if d == plan.LZ4 {
 		if empty, err = alloc(256); err != nil {
 			return 0, 0, err
 		}
@@ -396,7 +429,11 @@ func nvcompTime(lib *nvcomp.Library, alg nvcomp.Algorithm, calls []*nvcompInputs
 	}
 	el, err = timeOnStreams(streams, nvcompCalls, func(i int) error {
 		s, b := streams[i], runs[i].batch
-		if k != nil {
+		switch d {
+		case plan.BloscLZ:
+			return k.BloscLZ(s, ptx.BloscLZArgs{N: b.N, Ptrs: b.CompressedPtrs, Lens: b.CompressedBytes, Outs: b.OutputPtrs,
+				Caps: b.OutputCapacities, Sizes: b.OutputSizes, Statuses: b.Statuses})
+		case plan.LZ4:
 			if err := k.LZ4Check(s, b.CompressedPtrs, b.CompressedBytes, b.OutputCapacities, b.N, empty); err != nil {
 				return err
 			}

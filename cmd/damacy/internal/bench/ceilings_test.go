@@ -11,6 +11,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/damacy-go/damacy/internal/plan"
 	"github.com/damacy-go/damacy/pipeline"
 	"github.com/damacy-go/damacy/zarr"
 )
@@ -377,7 +378,7 @@ func scenarioDecodeSample(t *testing.T, sc *Scenario, dir string) *decodeSample 
 }
 
 // TestNVCOMPShare: decode-only (nvcomp) counts, for the scaling to output,
-// only the decoded bytes of the chunks nvCOMP takes (here the zstd
+// only the decoded bytes of the chunks the GPU takes (here the zstd
 // array's; the CPU decodes the gzip one's), and weights each codec's rate
 // by its chunks' bytes in the sample.
 func TestNVCOMPShare(t *testing.T) {
@@ -402,17 +403,17 @@ func TestNVCOMPShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sel.zstdBytes != zstd || sel.lz4Bytes != 0 || sel.decoded != zstd+gzip || !near(sel.share(), float64(zstd)/float64(zstd+gzip)) || sel.zs[0].total != int(zstd) {
-		t.Errorf("nvCOMP takes %d zstd, %d LZ4 bytes of %d (share %v, call %d); want the %d zstd bytes of %d", sel.zstdBytes, sel.lz4Bytes, sel.decoded, sel.share(), sel.zs[0].total, zstd, zstd+gzip)
+	if sel.bytes != [plan.Decoders]int64{plan.Zstd: zstd} || sel.decoded != zstd+gzip || !near(sel.share(), float64(zstd)/float64(zstd+gzip)) || sel.calls[plan.Zstd][0].total != int(zstd) {
+		t.Errorf("the GPU takes %v bytes (zstd, LZ4, blosclz) of %d (share %v, call %d); want the %d zstd bytes of %d", sel.bytes, sel.decoded, sel.share(), sel.calls[plan.Zstd][0].total, zstd, zstd+gzip)
 	}
 	// A call capped below the sample still counts all the zstd chunks for
 	// the share.
-	if small, _ := selectNVCOMP(ds, []int{int(zstd / 2)}); small.zstdBytes != zstd || small.zs[0].total > int(zstd/2) {
-		t.Errorf("capped call: %d zstd bytes counted, %d in the call", small.zstdBytes, small.zs[0].total)
+	if small, _ := selectNVCOMP(ds, []int{int(zstd / 2)}); small.bytes[plan.Zstd] != zstd || small.calls[plan.Zstd][0].total > int(zstd/2) {
+		t.Errorf("capped call: %d zstd bytes counted, %d in the call", small.bytes[plan.Zstd], small.calls[plan.Zstd][0].total)
 	}
-	mix := &nvcompSample{zstdBytes: 300, lz4Bytes: 100}
-	if got, want := mix.rate(10, 50), 400/(300/10.0+100/50.0); !near(got, want) {
-		t.Errorf("zstd 10, LZ4 50 GB/s, 3:1: %v GB/s; want %v", got, want)
+	mix := &nvcompSample{bytes: [plan.Decoders]int64{300, 100, 200}}
+	if got, want := mix.rate([plan.Decoders]float64{10, 50, 100}), 600/(300/10.0+100/50.0+200/100.0); !near(got, want) {
+		t.Errorf("zstd 10, LZ4 50, blosclz 100 GB/s, 3:1:2: %v GB/s; want %v", got, want)
 	}
 }
 
@@ -445,9 +446,10 @@ func TestNVCOMPPerSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sel.zs) != 2 || sel.zs[0].total != int(per[0]) || sel.zs[1].total == 0 || sel.zs[1].total > caps[1] || sel.zstdBytes != per[0]+per[1] {
+	zs := sel.calls[plan.Zstd]
+	if len(zs) != 2 || zs[0].total != int(per[0]) || zs[1].total == 0 || zs[1].total > caps[1] || sel.bytes[plan.Zstd] != per[0]+per[1] {
 		t.Errorf("calls of %d (image) and %d (label, cap %d) bytes, %d counted; want %d, at most the cap, %d",
-			sel.zs[0].total, sel.zs[1].total, caps[1], sel.zstdBytes, per[0], per[0]+per[1])
+			zs[0].total, zs[1].total, caps[1], sel.bytes[plan.Zstd], per[0], per[0]+per[1])
 	}
 	if _, err := selectNVCOMP(ds, caps[:1]); err == nil {
 		t.Error("a chunk of a source without a cap was selected")

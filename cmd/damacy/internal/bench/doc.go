@@ -7,8 +7,8 @@
 //
 // The ceilings time the code a run runs: they plan with the pipeline's
 // plan.Batch through a cache.Locator, read through its open-file cache on
-// a work pool, assemble with plan.AddOp, and give nvCOMP what the CUDA
-// engine gives it (plan.GPUStreams).
+// a work pool, assemble with plan.AddOp, and give nvCOMP and the blosclz
+// kernel what the CUDA engine gives them (plan.GPUStreams).
 //
 // A remote dataset (--data s3://...) is read as any user's pipeline reads
 // it; its ceiling is a GET replay through the same kind of store, whose
