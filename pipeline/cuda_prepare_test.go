@@ -22,13 +22,13 @@ import (
 
 // The CUDA engine's preparation of a wave (checks, routing, CPU decoding)
 // runs on the host: these tests drive it on a wave read into a plain slab,
-// without a GPU. withNVCOMP makes the routing nvCOMP's (its decoder is
-// never called): blosclz chunks are then refused and spill, lz4 and zstd
-// ones become entries.
+// without a GPU. withNVCOMP makes the routing the GPU's (its decoders are
+// never called): zstd, lz4 and blosclz chunks become entries, the chunks
+// GPUStreams refuses spill.
 
 // prepareArrays writes the arrays of the preparation tests: raw uint16 in
 // shards and raw float64 (read in place, with no room for a copy); blosc
-// blosclz with bit shuffle (nvCOMP lacks it) in 1 MiB chunks of two
+// blosclz with bit shuffle (the blosclz kernel's) in 1 MiB chunks of two
 // blocks; blosc zstd in blocks of a KiB; blosc lz4 with byte shuffle in
 // shards (one block a chunk); zstd with a checksum. The blosclz array is
 // 64x128x128, the others 64^3 in 16^3 chunks.

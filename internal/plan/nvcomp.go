@@ -15,13 +15,17 @@ type Stream struct {
 	Dst, Size int
 }
 
+// rawPiece is the size of the raw streams a memcpyed blosc chunk is cut
+// into (one warp of the blosclz kernel copies each).
+const rawPiece = 64 << 10
+
 // A Decoder is what decodes a chunk's streams on the GPU.
 type Decoder int
 
 const (
 	Zstd     Decoder = iota // nvCOMP's zstd
 	LZ4                     // nvCOMP's LZ4
-	BloscLZ                 // the project's blosclz kernel (ptx.Kernels.BloscLZ)
+	BloscLZ                 // the project's blosclz kernel (ptx.Kernels.BloscLZ), which also copies raw streams
 	Decoders                // how many decoders there are
 )
 
@@ -33,10 +37,13 @@ const (
 //   - zstd: the frame, when nvcomp.ZstdGPUCompatible accepts it (one frame
 //     stating its exact content size);
 //   - LZ4: the block past numcodecs' 4-byte size prefix, which must say n;
-//   - blosc: the streams of a frame of n bytes, not memcpyed: compressed
-//     with zstd, LZ4 or LZ4HC (nvCOMP), without a raw stream, every zstd
-//     stream accepted as a zstd chunk is; or with blosclz (the blosclz
-//     kernel, which copies raw streams itself).
+//   - blosc: the streams of a frame of n bytes: compressed with zstd, LZ4
+//     or LZ4HC (nvCOMP), without a raw stream, every zstd stream accepted
+//     as a zstd chunk is; or with blosclz (the blosclz kernel, which copies
+//     raw streams itself); or a memcpyed frame (its bytes stored raw), as
+//     raw streams of up to rawPiece bytes for the blosclz kernel to copy,
+//     so that an array whose incompressible chunks c-blosc stored raw
+//     keeps the GPU for the others.
 //
 // aligned, when not nil, says whether an nvCOMP stream may start at offset
 // off of the payload (the CUDA engine passes nvCOMP's input alignment in
@@ -57,8 +64,16 @@ func GPUStreams(c zarr.Compression, payload []byte, n int, aligned func(off int)
 		}
 	case zarr.CompressionBlosc:
 		f, err := blosc.Parse(payload)
-		if err != nil || f.Header.Nbytes != n || f.Header.Memcpyed() {
+		if err != nil || f.Header.Nbytes != n || n == 0 {
 			return nil, 0
+		}
+		if f.Header.Memcpyed() {
+			streams := make([]Stream, 0, (n+rawPiece-1)/rawPiece)
+			for o := 0; o < n; o += rawPiece {
+				k := min(rawPiece, n-o)
+				streams = append(streams, Stream{Src: blosc.HeaderSize + o, Len: k, Dst: o, Size: k})
+			}
+			return streams, BloscLZ
 		}
 		dec := LZ4
 		switch f.Header.Compressor() {

@@ -175,15 +175,33 @@ func TestGPUStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if streams, _ := GPUStreams(zarr.CompressionBlosc, memcpyed, n, nil); streams != nil {
-		t.Fatal("memcpyed blosc chunk accepted")
+	// A memcpyed chunk: raw streams the blosclz kernel copies, in pieces.
+	streams, dec = GPUStreams(zarr.CompressionBlosc, memcpyed, n, nil)
+	if dec != BloscLZ || len(streams) != n/rawPiece {
+		t.Fatalf("memcpyed blosc chunk: decoder %v, %d streams", dec, len(streams))
 	}
-	stored, err := blosc.Encode(noise, blosc.Options{Compressor: blosc.LZ4, Level: 5, Shuffle: blosc.ByteShuffle, Typesize: 2, Blocksize: 32 << 10})
+	got := make([]byte, n)
+	for i, s := range payloads(memcpyed, streams) {
+		if len(s) != streams[i].Size {
+			t.Fatalf("memcpyed chunk: stream %d of %d bytes for %d", i, len(s), streams[i].Size)
+		}
+		copy(got[streams[i].Dst:], decodeStream(t, dec, s, streams[i].Size))
+	}
+	if !bytes.Equal(got, raw) {
+		t.Fatal("memcpyed chunk: the streams do not give its bytes")
+	}
+	// Half noise: an LZ4 frame with raw streams (all noise would be
+	// memcpyed), which nvCOMP must not take.
+	half := append(bytes.Clone(noise[:n/2]), raw[n/2:]...)
+	stored, err := blosc.Encode(half, blosc.Options{Compressor: blosc.LZ4, Level: 5, Shuffle: blosc.ByteShuffle, Typesize: 2, Blocksize: 32 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if f, err := blosc.Parse(stored); err != nil || f.Header.Memcpyed() {
+		t.Fatalf("half-noise chunk: %v, memcpyed", err)
+	}
 	if streams, _ := GPUStreams(zarr.CompressionBlosc, stored, n, nil); streams != nil {
-		t.Fatal("blosc chunk of incompressible data (raw streams) accepted")
+		t.Fatal("blosc LZ4 chunk with raw streams accepted")
 	}
 	if streams, _ := GPUStreams(zarr.CompressionGzip, zframe, n, nil); streams != nil {
 		t.Fatal("gzip chunk accepted")
