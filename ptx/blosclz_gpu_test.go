@@ -14,6 +14,7 @@ import (
 
 	"github.com/damacy-go/damacy/cuda"
 	"github.com/damacy-go/damacy/zarr/blosc"
+	"github.com/damacy-go/damacy/zarr/zarrtest"
 )
 
 // A bloscLZCase is one stream for the blosclz kernel: its bytes, the size
@@ -25,25 +26,11 @@ type bloscLZCase struct {
 	want []byte
 }
 
-// oneStreamChunk wraps a blosclz stream in a blosc chunk of one block and
-// one stream (typesize 1, no shuffle), decoding to size bytes, so the
-// host's decoder can be asked about the stream alone.
-func oneStreamChunk(stream []byte, size int) []byte {
-	c := make([]byte, blosc.HeaderSize+8, blosc.HeaderSize+8+len(stream))
-	c[0], c[1], c[2], c[3] = 2, 1, 0x10, 1 // format 2, codec version 1, dont-split, blosclz, typesize 1
-	binary.LittleEndian.PutUint32(c[4:], uint32(size))
-	binary.LittleEndian.PutUint32(c[8:], uint32(size))
-	binary.LittleEndian.PutUint32(c[12:], uint32(blosc.HeaderSize+8+len(stream)))
-	binary.LittleEndian.PutUint32(c[16:], uint32(blosc.HeaderSize+4))
-	binary.LittleEndian.PutUint32(c[20:], uint32(len(stream)))
-	return append(c, stream...)
-}
-
 // hostBloscLZ decodes one stream with the host's blosc decoder: the bytes,
 // or nil when it fails.
 func hostBloscLZ(stream []byte, size int) []byte {
 	out := make([]byte, size)
-	if n, err := blosc.DecodeNoUnshuffle(out, oneStreamChunk(stream, size)); err != nil || n != size {
+	if n, err := blosc.DecodeNoUnshuffle(out, zarrtest.BloscLZStream(stream, size)); err != nil || n != size {
 		return nil
 	}
 	return out
@@ -177,6 +164,25 @@ func bloscLZCases(t *testing.T, r *rand.Rand) []bloscLZCase {
 	return cases
 }
 
+// bloscLZArgs uploads the arrays of one blosclz launch (stream addresses
+// and lengths, output addresses and sizes; room for the sizes written and
+// the statuses) into bufs. It runs on the executor.
+func bloscLZArgs(bufs *deviceBuffers, ptrs, lens, outs, caps []uint64) (BloscLZArgs, error) {
+	n := len(ptrs)
+	a := BloscLZArgs{N: n}
+	var err error
+	for _, x := range []struct {
+		p *cuda.DevicePtr
+		v []byte
+	}{{&a.Ptrs, u64Bytes(ptrs)}, {&a.Lens, u64Bytes(lens)}, {&a.Outs, u64Bytes(outs)}, {&a.Caps, u64Bytes(caps)},
+		{&a.Sizes, make([]byte, 8*n)}, {&a.Statuses, make([]byte, 4*n)}} {
+		if *x.p, err = bufs.upload(x.v); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
+}
+
 // runBloscLZ decodes every case on the GPU, each into an output with 64
 // poisoned guard bytes on either side, and returns each output, its
 // status and size, and whether a guard byte changed.
@@ -212,16 +218,9 @@ func runBloscLZ(e *cuda.Executor, k *Kernels, cases []bloscLZCase) (outs [][]byt
 			ptrs[i], lens[i] = uint64(dIn)+uint64(inOff[i]), uint64(len(c.src))
 			outPtrs[i], caps[i] = uint64(dOut)+uint64(outOff[i]), uint64(c.size)
 		}
-		var a BloscLZArgs
-		a.N = n
-		for _, x := range []struct {
-			p *cuda.DevicePtr
-			v []byte
-		}{{&a.Ptrs, u64Bytes(ptrs)}, {&a.Lens, u64Bytes(lens)}, {&a.Outs, u64Bytes(outPtrs)}, {&a.Caps, u64Bytes(caps)},
-			{&a.Sizes, make([]byte, 8*n)}, {&a.Statuses, make([]byte, 4*n)}} {
-			if *x.p, err = bufs.upload(x.v); err != nil {
-				return err
-			}
+		a, err := bloscLZArgs(&bufs, ptrs, lens, outPtrs, caps)
+		if err != nil {
+			return err
 		}
 		if err := k.BloscLZ(0, a); err != nil {
 			return err
@@ -391,15 +390,9 @@ func timeBloscLZKernel(b *testing.B, e *cuda.Executor, k *Kernels, cases []blosc
 			ptrs[i] += uint64(dIn)
 			outs[i] += uint64(dOut)
 		}
-		a := BloscLZArgs{N: n}
-		for _, x := range []struct {
-			p *cuda.DevicePtr
-			v []byte
-		}{{&a.Ptrs, u64Bytes(ptrs)}, {&a.Lens, u64Bytes(lens)}, {&a.Outs, u64Bytes(outs)}, {&a.Caps, u64Bytes(caps)},
-			{&a.Sizes, make([]byte, 8*n)}, {&a.Statuses, make([]byte, 4*n)}} {
-			if *x.p, err = bufs.upload(x.v); err != nil {
-				return err
-			}
+		a, err := bloscLZArgs(&bufs, ptrs, lens, outs, caps)
+		if err != nil {
+			return err
 		}
 		if err := k.BloscLZ(0, a); err != nil { // warm
 			return err
