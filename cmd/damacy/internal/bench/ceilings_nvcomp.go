@@ -233,11 +233,8 @@ func nvcompDecodeOnly(device string, ds *decodeSample, maxBytes []int) (c Ceilin
 
 // decoderName names decoder d in the ceiling's detail.
 func decoderName(d plan.Decoder) string {
-	switch d {
-	case plan.Zstd:
-		return nvcomp.Zstd.String()
-	case plan.LZ4:
-		return nvcomp.LZ4.String()
+	if alg, ok := algorithm(d); ok {
+		return alg.String()
 	}
 	return "blosclz (kernel)"
 }
