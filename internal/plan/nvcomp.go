@@ -15,8 +15,8 @@ type Stream struct {
 	Dst, Size int
 }
 
-// rawPiece is the size of the raw streams a memcpyed blosc chunk is cut
-// into (one warp of the blosclz kernel copies each).
+// rawPiece is the most bytes of a raw blosc stream one entry of the
+// blosclz kernel copies (one warp each): longer ones are cut.
 const rawPiece = 64 << 10
 
 // A Decoder is what decodes a chunk's streams on the GPU.
@@ -39,11 +39,10 @@ const (
 //   - LZ4: the block past numcodecs' 4-byte size prefix, which must say n;
 //   - blosc: the streams of a frame of n bytes: compressed with zstd, LZ4
 //     or LZ4HC (nvCOMP), without a raw stream, every zstd stream accepted
-//     as a zstd chunk is; or with blosclz (the blosclz kernel, which copies
-//     raw streams itself); or a memcpyed frame (its bytes stored raw), as
-//     raw streams of up to rawPiece bytes for the blosclz kernel to copy,
-//     so that an array whose incompressible chunks c-blosc stored raw
-//     keeps the GPU for the others.
+//     as a zstd chunk is; or with blosclz, or memcpyed (one raw stream),
+//     for the blosclz kernel, which copies raw streams itself, cut into
+//     pieces of up to rawPiece bytes. So an array whose incompressible
+//     chunks c-blosc stored raw keeps the GPU for the others.
 //
 // aligned, when not nil, says whether an nvCOMP stream may start at offset
 // off of the payload (the CUDA engine passes nvCOMP's input alignment in
@@ -67,30 +66,28 @@ func GPUStreams(c zarr.Compression, payload []byte, n int, aligned func(off int)
 		if err != nil || f.Header.Nbytes != n || n == 0 {
 			return nil, 0
 		}
-		if f.Header.Memcpyed() {
-			streams := make([]Stream, 0, (n+rawPiece-1)/rawPiece)
-			for o := 0; o < n; o += rawPiece {
-				k := min(rawPiece, n-o)
-				streams = append(streams, Stream{Src: blosc.HeaderSize + o, Len: k, Dst: o, Size: k})
-			}
-			return streams, BloscLZ
-		}
 		dec := LZ4
-		switch f.Header.Compressor() {
-		case blosc.BloscLZ:
+		switch comp := f.Header.Compressor(); {
+		case f.Header.Memcpyed() || comp == blosc.BloscLZ:
 			dec = BloscLZ
-		case blosc.Zstd:
+		case comp == blosc.Zstd:
 			dec = Zstd
-		case blosc.LZ4, blosc.LZ4HC:
-		default:
+		case comp != blosc.LZ4 && comp != blosc.LZ4HC:
 			return nil, 0
 		}
 		streams := make([]Stream, 0, len(f.Streams))
 		for _, st := range f.Streams {
-			if dec != BloscLZ && (st.Raw || !at(st.Src)) {
+			switch {
+			case dec == BloscLZ && st.Raw:
+				for o := 0; o < st.Size; o += rawPiece {
+					k := min(rawPiece, st.Size-o)
+					streams = append(streams, Stream{Src: st.Src + o, Len: k, Dst: st.Dst + o, Size: k})
+				}
+				continue
+			case dec == BloscLZ:
+			case st.Raw || !at(st.Src):
 				return nil, 0
-			}
-			if dec == Zstd && !nvcomp.ZstdGPUCompatible(payload[st.Src:st.Src+st.CSize], st.Size) {
+			case dec == Zstd && !nvcomp.ZstdGPUCompatible(payload[st.Src:st.Src+st.CSize], st.Size):
 				return nil, 0
 			}
 			streams = append(streams, Stream{Src: st.Src, Len: st.CSize, Dst: st.Dst, Size: st.Size})
