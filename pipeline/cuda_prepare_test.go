@@ -98,8 +98,8 @@ func prepareEngine(t *testing.T, withNVCOMP bool) *cudaEngine {
 }
 
 // prepareWave plans batches of samples over paths (BatchSize each, batch
-// b's from paths[2b:], wrapping), each joining the wave before, and reads the one
-// wave they make into a slab poisoned first.
+// b's from paths[2b:], wrapping), each joining the wave before, and reads
+// the one wave they make into a slab poisoned first.
 func prepareWave(t *testing.T, e *cudaEngine, paths []string, batches int) (*cudaWave, []byte) {
 	rng := newTestRand(t)
 	cw := &cudaWave{}

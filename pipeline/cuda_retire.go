@@ -192,11 +192,11 @@ func (e *cudaEngine) finish(ctx context.Context, cw *cudaWave) {
 // have left the rest of the arena alone (every other LZ4 block passed the
 // walk; the blosclz kernel bounds its writes); a failed zstd frame may
 // have written anywhere in it (nvCOMP does not bound its writes), so then
-// every GPU chunk of the wave is decoded again. A chunk the CPU cannot decode either is an ErrDecode of
-// its part (the other parts are assembled); a CUDA error, the wave's. It
-// runs on the retire thread after the wave is done: the wave buffer still
-// holds the wave's assemble ops and arena, and the batches' slots are not
-// yet handed out.
+// every GPU chunk of the wave is decoded again. A chunk the CPU cannot
+// decode either is an ErrDecode of its part (the other parts are
+// assembled); a CUDA error, the wave's. It runs on the retire thread after
+// the wave is done: the wave buffer still holds the wave's assemble ops
+// and arena, and the batches' slots are not yet handed out.
 func (e *cudaEngine) redo(ctx context.Context, cw *cudaWave, sum ptx.StatusSummary) error {
 	cw.lateMu.Lock() // the late parts' assembly waits, or is redone too
 	defer cw.lateMu.Unlock()

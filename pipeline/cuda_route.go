@@ -11,8 +11,9 @@ import (
 )
 
 // nvEntry is one input of a GPU decoder (nvCOMP or the blosclz kernel): a
-// whole zstd or LZ4 chunk, or one stream of a blosc chunk. in is the offset of its bytes in staging, out the offset
-// of its output within the job's decoded bytes.
+// whole zstd or LZ4 chunk, or one stream of a blosc chunk. in is the
+// offset of its bytes in staging, out the offset of its output within the
+// job's decoded bytes.
 type nvEntry struct {
 	job       *job
 	in, inLen int64
@@ -76,8 +77,9 @@ func setShuffle(src *ptx.Source, h blosc.Header) {
 
 // route decides, at plan time, which decoder a chunk gets and what it
 // costs. Chunks the GPU may take (by codec, nvCOMP loaded; arrays where a
-// chunk was already refused stay on the CPU) get arena space. CPU-decoded chunks get staging
-// room for their decoded bytes, which travel in the same H2D copy.
+// chunk was already refused stay on the CPU) get arena space. CPU-decoded
+// chunks get staging room for their decoded bytes, which travel in the
+// same H2D copy.
 //
 // The CPU takes no share of what nvCOMP may take: its decoding would lie
 // on the way to the wave's copy, and its occasional stalls left the GPU
