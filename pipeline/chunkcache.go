@@ -30,6 +30,14 @@ import (
 // are mixed, eviction stops after evictLimit times the size asked for,
 // and that chunk is not cached, rather than flushing the cache for it.
 //
+// The default cache (Config.ChunkCacheBytes 0, host engine) takes only
+// local chunks that must be decoded, and only at their second miss: a miss is
+// remembered (its key, in a queue of misses bounded by the cache's size in
+// their decoded bytes) and cached when it misses again while remembered.
+// So a chunk read once, by a scan or at random from a dataset many times
+// the cache's size, costs no copy and evicts nothing, and the chunks a
+// training loop reads again within the cache's reach are kept.
+//
 // A chunk is keyed by its object (file path, or URI and key), the
 // object's version and its byte range: a file rewritten since (another
 // size or modification time) gives other keys, so its old entries are
@@ -38,6 +46,10 @@ import (
 // evictLimit bounds the bytes one insertion may evict, in multiples of
 // its own size.
 const evictLimit = 4
+
+// maxMisses bounds the misses the default cache remembers, whatever
+// their bytes.
+const maxMisses = 1 << 18
 
 // chunkKey names a decoded chunk across batches.
 type chunkKey struct {
@@ -72,11 +84,77 @@ type chunkCache struct {
 	lru     list.List // published entries no wave pins; front: most recently used
 	entries map[chunkKey]*cacheEntry
 	held    int64 // bytes of the region in entries, published or not
+
+	secondMiss bool // takes a chunk only at its second miss (the default cache)
+	misses     missQueue
 }
 
-func newChunkCache(size int64, stats *statsSink) *chunkCache {
+// missQueue remembers recent misses: their keys, oldest first, with the
+// decoded bytes of those remembered bounded by the cache's size.
+type missQueue struct {
+	seq   map[chunkKey]uint64 // a remembered key: the sequence number of its miss
+	queue []missed            // every miss noted, oldest first from head
+	head  int
+	next  uint64 // the sequence number of the next miss
+	bytes int64  // decoded bytes of queue[head:]
+}
+
+type missed struct {
+	key chunkKey
+	seq uint64
+	n   int64
+}
+
+func newChunkCache(size int64, secondMiss bool, stats *statsSink) *chunkCache {
 	size &^= 255
-	return &chunkCache{stats: stats, size: size, free: []extent{{0, size}}, entries: map[chunkKey]*cacheEntry{}}
+	c := &chunkCache{stats: stats, size: size, free: []extent{{0, size}}, entries: map[chunkKey]*cacheEntry{}, secondMiss: secondMiss}
+	if secondMiss {
+		c.misses.seq = map[chunkKey]uint64{}
+	}
+	return c
+}
+
+// wants reports whether the cache looks up and keeps chunks of src. The
+// default cache takes only local files' compressed chunks: chunks stored
+// uncompressed cost no decode (they are read in place), and the key of an
+// object of another store would cost a request for its size where it is
+// not cached.
+func (c *chunkCache) wants(src *source) bool {
+	return !c.secondMiss || src.dir != nil && !storedRaw(src)
+}
+
+// admit reports whether a miss of chunk k, n bytes decoded, is to be
+// cached: always, except by the default cache, which takes it only when
+// it missed before and is still remembered, and otherwise remembers it.
+func (c *chunkCache) admit(k chunkKey, n int64) bool {
+	if !c.secondMiss {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := &c.misses
+	if _, ok := q.seq[k]; ok {
+		delete(q.seq, k)
+		return true
+	}
+	q.seq[k] = q.next
+	q.queue = append(q.queue, missed{k, q.next, n})
+	q.next++
+	q.bytes += n
+	for q.bytes > c.size || len(q.queue)-q.head > maxMisses {
+		old := q.queue[q.head]
+		q.queue[q.head] = missed{}
+		q.head++
+		q.bytes -= old.n
+		if s, ok := q.seq[old.key]; ok && s == old.seq {
+			delete(q.seq, old.key)
+		}
+	}
+	if q.head > len(q.queue)/2 && q.head > 1024 {
+		q.queue = append(q.queue[:0], q.queue[q.head:]...)
+		q.head = 0
+	}
+	return false
 }
 
 // lookup returns k's entry, pinned, when the cache holds it decoded from

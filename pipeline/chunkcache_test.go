@@ -66,7 +66,7 @@ func checkRegion(t *testing.T, c *chunkCache, live map[*cacheEntry]bool) {
 func TestChunkCacheBudget(t *testing.T) {
 	rng := newTestRand(t)
 	stats := new(statsSink)
-	c := newChunkCache(1<<20+100, stats) // rounded down to 256
+	c := newChunkCache(1<<20+100, false, stats) // rounded down to 256
 	if c.size != 1<<20 {
 		t.Fatalf("region of %d bytes, want %d", c.size, 1<<20)
 	}
@@ -138,7 +138,7 @@ func TestChunkCacheBudget(t *testing.T) {
 // TestChunkCacheLayoutMismatch: an entry is only served to a job whose
 // chunk has its layout.
 func TestChunkCacheLayoutMismatch(t *testing.T) {
-	c := newChunkCache(1<<20, new(statsSink))
+	c := newChunkCache(1<<20, false, new(statsSink))
 	k := chunkKey{object: "f", length: 128}
 	e := c.reserve(k, ptx.Source{Dtype: ptx.Uint16, Shape: []int{8, 8}}, 128)
 	c.publish(e)
@@ -272,7 +272,7 @@ func TestChunkCacheHostEpochs(t *testing.T) {
 	ext := []int{20, 24, 17}
 	epochs := epochSamples(t, rng, paths, ext, 30, 3)
 	cfg := Config{BatchSize: 4, SampleShape: ext, Device: "cpu", HostBufferBytes: 3 << 20, DeviceBufferBytes: 1 << 20,
-		MaxChunkBytes: 64 << 10, ComputeThreads: 2, IOThreads: 2}
+		MaxChunkBytes: 64 << 10, ComputeThreads: 2, IOThreads: 2, ChunkCacheBytes: -1}
 	want := runEpochs(t, newChecked(t, cfg), epochs)
 	for _, size := range []int64{64 << 20, 1 << 20} {
 		t.Run(fmt.Sprintf("cache=%dMiB", size>>20), func(t *testing.T) {
@@ -304,7 +304,7 @@ func TestChunkCacheCUDAEpochs(t *testing.T) {
 	for _, out := range []Dtype{F32, BF16} {
 		cfg := Config{BatchSize: 6, SampleShape: ext, Dtype: out, HostBufferBytes: 16 << 20, DeviceBufferBytes: 4 << 20, MaxChunkBytes: 64 << 10}
 		hcfg := cfg
-		hcfg.Device = "cpu"
+		hcfg.Device, hcfg.ChunkCacheBytes = "cpu", -1
 		want := runEpochs(t, newChecked(t, hcfg), epochs)
 		for _, nv := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/nvcomp=%v", out, nv), func(t *testing.T) {
@@ -499,6 +499,121 @@ func testRewrittenShard(t *testing.T, dev string, rename bool) {
 	}
 }
 
+// TestChunkCacheSecondMiss: the default cache admits a chunk at its
+// second miss while the first is remembered, remembers misses of at most
+// its size in decoded bytes, and keeps its queue compact.
+func TestChunkCacheSecondMiss(t *testing.T) {
+	c := newChunkCache(1<<20, true, new(statsSink))
+	key := func(i int) chunkKey { return chunkKey{object: fmt.Sprint("chunk", i), length: 100} }
+	if c.admit(key(0), 256<<10) {
+		t.Fatal("a first miss was admitted")
+	}
+	if !c.admit(key(0), 256<<10) {
+		t.Fatal("a second miss was not admitted")
+	}
+	if c.admit(key(0), 256<<10) {
+		t.Fatal("a miss after an admission was admitted: it should be remembered afresh")
+	}
+	// Four more misses of 256 KiB: five remembered would be 1.25 MiB, so
+	// the oldest (chunk 0) is forgotten.
+	for i := 1; i <= 4; i++ {
+		if c.admit(key(i), 256<<10) {
+			t.Fatalf("chunk %d admitted at its first miss", i)
+		}
+	}
+	if c.admit(key(0), 256<<10) {
+		t.Error("chunk 0 admitted after being forgotten")
+	}
+	if !c.admit(key(4), 256<<10) {
+		t.Error("chunk 4, remembered, not admitted")
+	}
+	// Many small misses: the queue stays bounded by the cache's size in
+	// bytes and compacts its head.
+	for i := range 20000 {
+		c.admit(key(100+i), 100)
+	}
+	if live := len(c.misses.queue) - c.misses.head; c.misses.bytes > c.size || live > 2*(int(c.size)/100)+1 || len(c.misses.seq) > live {
+		t.Errorf("after 20000 misses: %d bytes remembered of %d, %d queued, %d keys", c.misses.bytes, c.size, live, len(c.misses.seq))
+	}
+	if len(c.misses.queue) > 2*(len(c.misses.queue)-c.misses.head)+1024 {
+		t.Errorf("queue of %d holds %d live misses: not compacted", len(c.misses.queue), len(c.misses.queue)-c.misses.head)
+	}
+	// A cache of a size set takes every miss.
+	if !newChunkCache(1<<20, false, new(statsSink)).admit(key(0), 100) {
+		t.Error("a cache of a size set refused a first miss")
+	}
+}
+
+// TestChunkCacheDefault: with Config.ChunkCacheBytes 0 the host engine
+// keeps a cache that takes a compressed chunk at its second miss and
+// never a raw one, and the CUDA engine none; -1 is none. The same batch
+// read three times: once it caches nothing, twice it is cached, the third
+// time every chunk hits; every batch equals the uncached engine's.
+func TestChunkCacheDefault(t *testing.T) {
+	if size, second := (Config{}).chunkCache(false); memoryLimit() >= 64<<20 && (!second || size < 1<<20 || size > maxDefaultChunkCache) {
+		t.Errorf("default host cache: %d bytes, second miss %v", size, second)
+	}
+	for _, c := range []Config{{}, {ChunkCacheBytes: -1}} {
+		if size, _ := c.chunkCache(true); size != 0 {
+			t.Errorf("CUDA engine, ChunkCacheBytes %d: a cache of %d bytes", c.ChunkCacheBytes, size)
+		}
+	}
+	if size, _ := (Config{ChunkCacheBytes: -1}).chunkCache(false); size != 0 {
+		t.Errorf("host engine, ChunkCacheBytes -1: a cache of %d bytes", size)
+	}
+	if size, second := (Config{ChunkCacheBytes: 8 << 20}).chunkCache(true); size != 8<<20 || second {
+		t.Errorf("a size set: %d bytes, second miss %v", size, second)
+	}
+	if memoryLimit() < 64<<20 {
+		t.Skip("the host's memory is unknown here: no default cache")
+	}
+	dir := t.TempDir()
+	seed := zarrtest.Seed(t)
+	paths := writeCacheCases(t, dir, seed)
+	var compressed, raw []string
+	for i, sc := range cacheCases() {
+		if sc.spec.Compression == (writer.Compression{}) {
+			raw = append(raw, paths[i])
+		} else {
+			compressed = append(compressed, paths[i])
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 12))
+	ext := []int{20, 24, 17}
+	// One batch of one box from each compressed array: no chunk twice.
+	batch := epochSamples(t, rng, compressed, ext, len(compressed), 1)[0]
+	epochs := [][]Sample{batch, batch, batch}
+	cfg := Config{BatchSize: len(batch), SampleShape: ext, Device: "cpu", HostBufferBytes: 3 << 20, DeviceBufferBytes: 1 << 20,
+		MaxChunkBytes: 64 << 10, ComputeThreads: 2, IOThreads: 2}
+	off := cfg
+	off.ChunkCacheBytes = -1
+	want := runEpochs(t, newChecked(t, off), epochs)
+	if st := want.stats[2]; st.ChunkCacheHits+st.ChunkCacheMisses != 0 {
+		t.Errorf("ChunkCacheBytes -1: %d hits, %d misses", st.ChunkCacheHits, st.ChunkCacheMisses)
+	}
+	got := runEpochs(t, newChecked(t, cfg), epochs)
+	compareRuns(t, got, want, epochs, cfg.BatchSize)
+	first, second, third := got.stats[0], got.stats[1], got.stats[2]
+	t.Logf("misses %d %d %d, hits %d %d %d, cached bytes %d %d %d", first.ChunkCacheMisses, second.ChunkCacheMisses, third.ChunkCacheMisses,
+		first.ChunkCacheHits, second.ChunkCacheHits, third.ChunkCacheHits, first.ChunkCacheBytes, second.ChunkCacheBytes, third.ChunkCacheBytes)
+	switch {
+	case first.ChunkCacheMisses == 0 || first.ChunkCacheHits != 0 || first.ChunkCacheBytes != 0:
+		t.Error("read once: want misses, no hits and nothing cached")
+	case second.ChunkCacheHits != 0 || second.ChunkCacheMisses != first.ChunkCacheMisses || second.ChunkCacheBytes == 0:
+		t.Error("read twice: want the same misses again, no hits, and the chunks cached")
+	case third.ChunkCacheMisses != 0 || third.ChunkCacheHits != first.ChunkCacheMisses || third.ChunksDecoded != 0:
+		t.Error("read a third time: want every chunk a hit, none decoded")
+	}
+	// Raw chunks are read in place: the default cache never looks them up.
+	rawBatch := epochSamples(t, rng, raw, ext, 4, 1)[0]
+	cfg.BatchSize = len(rawBatch)
+	for i, st := range runEpochs(t, newChecked(t, cfg), [][]Sample{rawBatch, rawBatch, rawBatch}).stats {
+		if st.ChunkCacheHits+st.ChunkCacheMisses != 0 || st.ChunkCacheBytes != 0 {
+			t.Errorf("raw chunks, read %d times: %d hits, %d misses, %d bytes cached", i+1, st.ChunkCacheHits, st.ChunkCacheMisses, st.ChunkCacheBytes)
+		}
+	}
+}
+
 // TestChunkCacheHostMemory: the host engine's chunk cache is host memory,
 // outside GPUBytesCommitted, and holds nothing before a batch.
 func TestChunkCacheHostMemory(t *testing.T) {
@@ -516,7 +631,7 @@ func TestChunkCacheHostMemory(t *testing.T) {
 // chunks that follow one another both in the wave buffer and in the
 // cache, and never write past an entry's end.
 func TestCacheCopies(t *testing.T) {
-	c := newChunkCache(1<<20, new(statsSink))
+	c := newChunkCache(1<<20, false, new(statsSink))
 	jobOf := func(n int) *job {
 		return &job{layout: zarr.Layout{DataType: zarr.Uint8, Shape: []int64{int64(n)}, Strides: []int64{1}}}
 	}

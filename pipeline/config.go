@@ -238,11 +238,17 @@ type Config struct {
 	// reserves (batch slots, wave buffers, decoder scratch, the chunk
 	// cache). 0: no cap.
 	MaxGPUMemoryBytes int64 `json:"max_gpu_memory_bytes"`
-	// ChunkCacheBytes is the size of the chunk cache, 0 (the default) for
-	// none: decoded chunks kept across batches (in device memory on the
-	// CUDA engine, where it counts towards MaxGPUMemoryBytes; in host
-	// memory on the host engine), so that a chunk read again, by a later
-	// batch or a later epoch, skips its read, copy and decode. It is
+	// ChunkCacheBytes is the size of the chunk cache: decoded chunks kept
+	// across batches (in device memory on the CUDA engine, where it counts
+	// towards MaxGPUMemoryBytes; in host memory on the host engine), so
+	// that a chunk read again, by a later batch or a later epoch, skips its
+	// read, copy and decode. 0 (the default): on the host engine a cache of
+	// a sixteenth of the memory the process may use (the host's, or less
+	// where its cgroup caps it), at most 4 GiB, that takes only compressed
+	// chunks and only at their second miss, so that a dataset read once
+	// (a scan, or one larger than the cache read at random) costs it
+	// little but bookkeeping; none on the CUDA engine, whose device memory
+	// is the trainer's. -1: none. A size set here takes every miss. It is
 	// reserved whole with the other buffers (so at New, or on the host
 	// engine at the first Push when that fixes the sample shape), and
 	// holds each chunk in the form the assemble step reads; the least
@@ -272,8 +278,9 @@ type Config struct {
 	// reads make room for new ones; files larger than a quarter of the
 	// bound are always read.
 	// Page-locked pages cannot be reclaimed by the kernel while mapped.
-	// 0: the default, an eighth of the host's memory and at most 16 GiB
-	// (none where the host's memory is unknown); -1: none.
+	// 0: the default, an eighth of the memory the process may use (the
+	// host's, or less where its cgroup caps it) and at most 16 GiB (none
+	// where that is unknown); -1: none.
 	MappedFileBytes int64 `json:"mapped_file_bytes"`
 	// MaxBytesPerElement is the largest source element size accepted
 	// (1, 2, 4 or 8). Default 8.
@@ -402,8 +409,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxGPUMemoryBytes < 0 {
 		return bad("MaxGPUMemoryBytes", c.MaxGPUMemoryBytes, "0 (no cap) or positive")
 	}
-	if c.ChunkCacheBytes != 0 && (c.ChunkCacheBytes < 1<<20 || c.ChunkCacheBytes > 1<<46) {
-		return bad("ChunkCacheBytes", c.ChunkCacheBytes, "0 (no cache) or in 1 MiB..64 TiB")
+	if c.ChunkCacheBytes < -1 || c.ChunkCacheBytes > 0 && (c.ChunkCacheBytes < 1<<20 || c.ChunkCacheBytes > 1<<46) {
+		return bad("ChunkCacheBytes", c.ChunkCacheBytes, "-1 (none), 0 (the default) or in 1 MiB..64 TiB")
 	}
 	if c.MappedFileBytes < -1 {
 		return bad("MappedFileBytes", c.MappedFileBytes, "-1 (none), 0 (the default) or positive")
@@ -460,6 +467,26 @@ func (c Config) chunkLimit() int64 {
 		return c.MaxChunkBytes
 	}
 	return min(max(c.HostBufferBytes, c.DeviceBufferBytes), 1<<31)
+}
+
+// maxDefaultChunkCache caps the host engine's default chunk cache.
+const maxDefaultChunkCache = 4 << 30
+
+// chunkCache resolves ChunkCacheBytes for an engine (the CUDA engine's
+// when gpu is true): the cache's size, 0 for none, and whether it is the
+// default cache, which takes a chunk only at its second miss. A size set
+// is kept, -1 is none, and 0 is the default (ChunkCacheBytes).
+func (c Config) chunkCache(gpu bool) (size int64, secondMiss bool) {
+	switch {
+	case c.ChunkCacheBytes > 0:
+		return c.ChunkCacheBytes, false
+	case c.ChunkCacheBytes < 0 || gpu:
+		return 0, false
+	}
+	if n := min(memoryLimit()/16, maxDefaultChunkCache); n >= 1<<20 {
+		return n, true
+	}
+	return 0, false
 }
 
 // withBuffers fills zero buffer sizes with the engine's defaults: the CUDA

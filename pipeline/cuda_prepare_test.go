@@ -83,7 +83,7 @@ func prepareEngine(t *testing.T, withNVCOMP bool) *cudaEngine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := newStages(cfg, new(statsSink))
+	st, err := newStages(cfg, new(statsSink), false)
 	if err != nil {
 		t.Fatal(err)
 	}

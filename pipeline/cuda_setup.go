@@ -106,6 +106,7 @@ type waveBuf struct {
 // keeps nvCOMP out even when it is installed (tests compare both paths).
 func newCUDAEngine(cfg Config, ordinal int, stats *statsSink, withNVCOMP bool) (*cudaEngine, error) {
 	cfg = cfg.withBuffers(true)
+	cfg.ChunkCacheBytes, _ = cfg.chunkCache(true) // never the default cache
 	ph := newPhases()
 	if err := cuda.Init(); err != nil {
 		return nil, newError("new", ErrCUDA, "", err)
@@ -121,7 +122,7 @@ func newCUDAEngine(cfg Config, ordinal int, stats *statsSink, withNVCOMP bool) (
 	if err != nil {
 		return nil, newError("new", ErrCUDA, "", err)
 	}
-	st, err := newStages(cfg, stats)
+	st, err := newStages(cfg, stats, false)
 	if err != nil {
 		return nil, err
 	}

@@ -78,13 +78,14 @@ type fileMap struct {
 const maxHeat = 1 << 16
 
 // mappedFileBudget resolves Config.MappedFileBytes: 0 is an eighth of the
-// host's memory, at most 16 GiB; negative is none.
+// memory the process may use (memoryLimit), at most 16 GiB; negative is
+// none.
 func mappedFileBudget(c int64) int64 {
 	switch {
 	case c < 0:
 		return 0
 	case c == 0:
-		return min(physicalMemory()/8, 16<<30)
+		return min(memoryLimit()/8, 16<<30)
 	}
 	return c
 }

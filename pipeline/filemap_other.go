@@ -14,5 +14,6 @@ func mapFile(*os.File, int64) ([]byte, error) {
 
 func unmapFile([]byte) {}
 
-// physicalMemory is unknown here: no file is mapped by default.
-func physicalMemory() int64 { return 0 }
+// memoryLimit is unknown here: no file is mapped and no chunk cached by
+// default.
+func memoryLimit() int64 { return 0 }

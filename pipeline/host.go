@@ -29,7 +29,9 @@ type hostEngine struct {
 
 func newHostEngine(cfg Config, stats *statsSink) (*hostEngine, error) {
 	cfg = cfg.withBuffers(false)
-	st, err := newStages(cfg, stats)
+	var secondMiss bool
+	cfg.ChunkCacheBytes, secondMiss = cfg.chunkCache(false)
+	st, err := newStages(cfg, stats, secondMiss)
 	if err != nil {
 		return nil, err
 	}

@@ -94,14 +94,16 @@ func (s *stages) planRequest(req *batchReq, route func(*job), carry *wave) []*wa
 	}
 	var hits []*cacheEntry
 	lookup := func(j *job) {
-		if s.chunks != nil {
+		if s.chunks != nil && s.chunks.wants(j.src) {
 			k := versions.key(j.src, &j.chunk)
 			if j.hit = s.chunks.lookup(k, &j.psrc); j.hit != nil {
 				j.psrc = j.hit.src
 				hits = append(hits, j.hit)
 				return
 			}
-			j.cacheKey = &k
+			if s.chunks.admit(k, int64(j.layout.Bytes())) {
+				j.cacheKey = &k
+			}
 		}
 		route(j)
 	}

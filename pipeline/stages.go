@@ -34,7 +34,9 @@ type stages struct {
 	trace  tracer
 }
 
-func newStages(cfg Config, stats *statsSink) (*stages, error) {
+// newStages sets up what both engines share, for cfg with ChunkCacheBytes
+// resolved (Config.chunkCache; secondMiss: the default cache).
+func newStages(cfg Config, stats *statsSink, secondMiss bool) (*stages, error) {
 	s := &stages{
 		cfg:   cfg,
 		stats: stats,
@@ -59,7 +61,7 @@ func newStages(cfg Config, stats *statsSink) (*stages, error) {
 		s.gets <- i
 	}
 	if cfg.ChunkCacheBytes > 0 {
-		s.chunks = newChunkCache(cfg.ChunkCacheBytes, stats)
+		s.chunks = newChunkCache(cfg.ChunkCacheBytes, secondMiss, stats)
 	}
 	return s, nil
 }

@@ -22,8 +22,15 @@ Modes (each in a process of its own, one after the other, same host):
   with an image and a label source and ``Augment``, the default Config (a
   Loader's default engine: the server's host engine decodes and assembles,
   the trainer's process copies each batch onto the GPU in its own context).
+  Its default chunk cache (host memory: a sixteenth of the host's, at most
+  4 GiB, taking a chunk at its second miss) holds this dataset's decoded
+  chunks after a few dozen steps.
+- ``damacy-nocache``: the same with ``chunk_cache_bytes=-1`` (no chunk
+  cache): what a dataset far larger than the cache costs, every chunk
+  decoded at every read.
 - ``damacy-cached``: the same with ``chunk_cache_bytes`` 4 GiB (the
-  dataset's 1.6 GB of decoded chunks fit: later crops skip decoding).
+  dataset's 1.6 GB of decoded chunks fit: later crops skip decoding; the
+  cache takes every miss).
 - ``damacy-cuda``: the same with ``Config(engine="cuda")``: the server's
   CUDA engine decodes with nvCOMP in a CUDA context of its own (GPU only).
 - ``monai``: MONAI as its documentation writes a pipeline: ``Dataset`` +
@@ -87,7 +94,7 @@ MODELS = {
     "unet": dict(channels=(16, 32, 64, 128, 256), strides=(2, 2, 2, 2), num_res_units=2),
     "small": dict(channels=(8, 16, 32, 64), strides=(2, 2, 2), num_res_units=1),
 }
-MODES = ("ceiling", "damacy", "damacy-cached", "damacy-cuda", "monai", "monai-fast")
+MODES = ("ceiling", "damacy", "damacy-nocache", "damacy-cached", "damacy-cuda", "monai", "monai-fast")
 
 
 # -- the data ------------------------------------------------------------------
@@ -169,7 +176,7 @@ def damacy_feed(
     """damacy.Loader over a ForegroundSampler, image and label, Augment;
     engine None (the Loader's default: the host engine, batches copied in
     the trainer's context) or "cuda" (the server's CUDA engine); cache the
-    chunk cache's bytes (0: none, the default)."""
+    chunk cache's bytes (0: the default, -1: none)."""
     import damacy
 
     cuda = dev.type == "cuda"
@@ -344,7 +351,7 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
         torch.zeros(1, device=dev)  # the trainer's context first
         info["gpu"] = torch.cuda.get_device_name(dev)
     used0 = device_used(torch, dev)
-    feeds = {"ceiling": lambda: ceiling_feed(images, args, dev, dtype), "damacy": lambda: damacy_feed(images, args, dev, dtype, info, None), "damacy-cuda": lambda: damacy_feed(images, args, dev, dtype, info, "cuda"), "damacy-cached": lambda: damacy_feed(images, args, dev, dtype, info, None, 4 << 30), "monai": lambda: monai_feed(images, args, dev, dtype, info, False), "monai-fast": lambda: monai_feed(images, args, dev, dtype, info, True)}
+    feeds = {"ceiling": lambda: ceiling_feed(images, args, dev, dtype), "damacy": lambda: damacy_feed(images, args, dev, dtype, info, None), "damacy-cuda": lambda: damacy_feed(images, args, dev, dtype, info, "cuda"), "damacy-nocache": lambda: damacy_feed(images, args, dev, dtype, info, None, -1), "damacy-cached": lambda: damacy_feed(images, args, dev, dtype, info, None, 4 << 30), "monai": lambda: monai_feed(images, args, dev, dtype, info, False), "monai-fast": lambda: monai_feed(images, args, dev, dtype, info, True)}
     feed = feeds[mode]()
     first = next(feed)  # the loader started and one batch out
     if cuda:
@@ -449,7 +456,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True, help="dataset directory (generated when it holds none)")
     ap.add_argument("--scenario", default="training", help="the scenario whose dataset --data holds (a name or a file)")
-    ap.add_argument("--modes", default=None, help="comma-separated, of %s (default: all; on the CPU all but damacy-cached and damacy-cuda)" % ", ".join(MODES))
+    ap.add_argument("--modes", default=None, help="comma-separated, of %s (default: all; on the CPU all but damacy-nocache, damacy-cached and damacy-cuda)" % ", ".join(MODES))
     ap.add_argument("--models", default="unet,small")
     ap.add_argument("--steps", type=int, default=200, help="measured steps")
     ap.add_argument("--warmup", type=int, default=30)
@@ -470,7 +477,7 @@ def main() -> None:
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.modes is None:
-        args.modes = ",".join(m for m in MODES if args.device == "cuda" or m not in ("damacy-cuda", "damacy-cached"))
+        args.modes = ",".join(m for m in MODES if args.device == "cuda" or m not in ("damacy-cuda", "damacy-cached", "damacy-nocache"))
     if args.one:
         mode, model = args.one.split(",")
         for row in run_one(mode, model, args):

@@ -263,9 +263,13 @@ class Config:
             3; else >= 2).
         chunk_cache_bytes: Decoded chunks kept across batches (extra), in GPU
             memory on the CUDA engine (counted in ``max_gpu_memory_bytes``)
-            or host memory on the host engine, so that later epochs over a
-            dataset that fits skip reading and decoding. 0 = off (the
-            default); else at least 1 MiB.
+            or host memory on the host engine, so that crops and epochs
+            that read a chunk again skip reading and decoding it. 0 = the
+            default: on the host engine (a Loader's) a sixteenth of the
+            memory the server may use (the host's, or its cgroup's limit),
+            at most 4 GiB, taking local compressed chunks at their second
+            miss (a dataset read once costs it nothing); none on the CUDA
+            engine. -1 = none; else at least 1 MiB, taking every miss.
         mapped_file_bytes: Bytes of local files the engines may keep
             mapped (extra; page-locked on the CUDA engine, so that the GPU
             copies their chunks straight out of the page cache; the host

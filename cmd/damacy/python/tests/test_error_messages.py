@@ -195,7 +195,8 @@ def test_budget_at_create_names_the_python_fields(serve_binary):
     "field, value, says",
     [
         ("batch_slots", 1, "Config.batch_slots = 1: must be in 2..64"),
-        ("chunk_cache_bytes", 1024, "Config.chunk_cache_bytes = 1024: must be 0 (no cache) or in 1 MiB..64 TiB"),
+        ("chunk_cache_bytes", 1024, "Config.chunk_cache_bytes = 1024: must be -1 (none), 0 (the default) or in 1 MiB..64 TiB"),
+        ("chunk_cache_bytes", -2, "Config.chunk_cache_bytes = -2: must be -1 (none), 0 (the default) or in 1 MiB..64 TiB"),
         ("mapped_file_bytes", -2, "Config.mapped_file_bytes = -2: must be -1 (none), 0 (the default) or positive"),
         ("io_concurrency", -1, "Config.io_concurrency = -1: must be in 1..4096"),
         ("remote_gap_bytes", -1, "Config.remote_gap_bytes = -1: must be in 1..1 GiB"),
