@@ -49,14 +49,19 @@ func vectorRow(src, out Dtype, twin rowFunc) rowFunc {
 const streamBytes = 256 << 10
 
 // streams reports whether block b, written forward (b.ds is the output
-// size o), goes past the caches, with non-temporal stores: only where it
-// is large (streamBytes or more: larger than a core's L2, so that it
-// would leave the caches before anything reads it, and the stores save
-// reading each line before it is written), its rows a whole number of
-// 8-element steps and every step aligned to the stores' width (8*o).
+// size o), goes past the caches, with non-temporal stores, which save
+// reading each line before it is written: where the block is large
+// (streamBytes or more: larger than a core's L2, so that it would leave
+// the caches before anything reads it), its rows a whole number of
+// 8-element steps and every step aligned to the stores' width (8*o); or
+// where the output it is part of is (b.big) and its rows are whole cache
+// lines, so that no line is written in part past the caches.
 func streams(b rowBlock, o int) bool {
 	w := 8 * o
-	return b.n%8 == 0 && b.n*b.rows*o >= streamBytes && uintptr(b.d)%uintptr(w) == 0 && b.dr%w == 0
+	if b.n%8 != 0 || uintptr(b.d)%uintptr(w) != 0 || b.dr%w != 0 {
+		return false
+	}
+	return b.n*b.rows*o >= streamBytes || b.big && uintptr(b.d)%64 == 0 && b.n*o%64 == 0 && b.dr%64 == 0
 }
 
 // convertAVX2 converts the block b of row kind k, whose rows have at

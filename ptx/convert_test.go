@@ -127,9 +127,15 @@ func TestVectorRowStreams(t *testing.T) {
 			for _, c := range []struct {
 				n, pad, shift int // row length, output elements between rows, output start past alignment (bytes)
 				wantStream    bool
+				rows          int  // 0: enough for streamBytes
+				big           bool // part of a large output
 			}{
-				{256, 0, 0, true}, {512, 8, 0, true}, {256, 16, 0, true},
-				{256, 0, osz, false}, {252, 4, 0, false}, {256, 1, 0, false},
+				{256, 0, 0, true, 0, false}, {512, 8, 0, true, 0, false}, {256, 16, 0, true, 0, false},
+				{256, 0, osz, false, 0, false}, {252, 4, 0, false, 0, false}, {256, 1, 0, false, 0, false},
+				// Small blocks of a large output stream where their rows are
+				// whole cache lines.
+				{32, 0, 0, true, 4, true}, {32, 32, 0, true, 3, true}, {32, 0, 0, false, 4, false},
+				{24, 0, 0, false, 4, true}, {32, 0, 32, false, 4, true}, {32, 8, 0, false, 4, true},
 			} {
 				for _, mapped := range []bool{false, true} {
 					var h hostOp
@@ -138,6 +144,9 @@ func TestVectorRowStreams(t *testing.T) {
 						h.intensity = &tf
 					}
 					rows := streamBytes/(c.n*osz) + 3
+					if c.rows > 0 {
+						rows = c.rows
+					}
 					raw := make([]byte, rows*c.n*isz)
 					for i := range raw {
 						raw[i] = byte(rng.Uint32())
@@ -149,7 +158,7 @@ func TestVectorRowStreams(t *testing.T) {
 						off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64
 						return unsafe.Pointer(&buf[off+c.shift])
 					}
-					b := rowBlock{s: unsafe.Pointer(&raw[0]), n: c.n, rows: rows, ds: osz, ss: isz, dr: dr * osz, sr: c.n * isz}
+					b := rowBlock{s: unsafe.Pointer(&raw[0]), n: c.n, rows: rows, ds: osz, ss: isz, dr: dr * osz, sr: c.n * isz, big: c.big}
 					b.d = at(got)
 					if s := streams(b, osz); s != c.wantStream {
 						t.Fatalf("%v -> %v, %+v: streams = %v", src, out, c, s)

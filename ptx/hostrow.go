@@ -14,7 +14,13 @@ type rowBlock struct {
 	d, s           unsafe.Pointer
 	n, rows        int
 	ds, ss, dr, sr int
+	big            bool // the output it is part of is streamOutBytes or more
 }
+
+// streamOutBytes is the least output (a batch's tensor) whose blocks the
+// row loops may write past the caches however small each block is: its
+// lines leave the caches long before anything reads them.
+const streamOutBytes = 32 << 20
 
 // A rowFunc is the typed row loop of an op whose source is unshuffled and
 // in host byte order, chosen once per op (rowFuncOf): it converts the
@@ -240,6 +246,7 @@ func (h *hostOp) runRows(out []byte, c *[MaxRank]int64, n int64, sc *HostScratch
 		b := rowBlock{
 			d: unsafe.Add(unsafe.Pointer(unsafe.SliceData(o)), osz*(dst-lo)), s: unsafe.Pointer(unsafe.SliceData(s)),
 			n: int(seg), rows: int(rows), ds: int(osz * ds), ss: int(isz * ss), dr: int(osz * dr), sr: int(isz * sr),
+			big: len(out) >= streamOutBytes,
 		}
 		if !h.row(h, b) {
 			for r := range rows {
