@@ -564,6 +564,15 @@ func TestChunkCacheDefault(t *testing.T) {
 	if size, second := (Config{ChunkCacheBytes: 8 << 20}).chunkCache(true); size != 8<<20 || second {
 		t.Errorf("a size set: %d bytes, second miss %v", size, second)
 	}
+	for _, c := range []struct {
+		memory int64
+		ranks  string
+		want   int64
+	}{{16 << 30, "", 1 << 30}, {16 << 30, "4", 256 << 20}, {16 << 30, "x", 1 << 30}, {1 << 40, "", maxDefaultChunkCache}, {1 << 40, "8", maxDefaultChunkCache}, {512 << 30, "8", maxDefaultChunkCache}, {256 << 30, "8", 2 << 30}} {
+		if got := defaultChunkCache(c.memory, c.ranks); got != c.want {
+			t.Errorf("defaultChunkCache(%d, %q) = %d, want %d", c.memory, c.ranks, got, c.want)
+		}
+	}
 	if memoryLimit() < 64<<20 {
 		t.Skip("the host's memory is unknown here: no default cache")
 	}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -244,11 +245,13 @@ type Config struct {
 	// that a chunk read again, by a later batch or a later epoch, skips its
 	// read, copy and decode. 0 (the default): on the host engine a cache of
 	// a sixteenth of the memory the process may use (the host's, or less
-	// where its cgroup caps it), at most 4 GiB, that takes only compressed
-	// chunks and only at their second miss, so that a dataset read once
-	// (a scan, or one larger than the cache read at random) costs it
-	// little but bookkeeping; none on the CUDA engine, whose device memory
-	// is the trainer's. -1: none. A size set here takes every miss. It is
+	// where its cgroup caps it; shared by the loaders a launcher runs on
+	// the host, LOCAL_WORLD_SIZE as torchrun sets it), at most 4 GiB, that
+	// takes only local compressed chunks and only at their second miss, so
+	// that a dataset read once (a scan, or one larger than the cache read
+	// at random) costs it little but bookkeeping; none on the CUDA engine,
+	// whose device memory is the trainer's. -1: none. A size set here takes
+	// every miss. It is
 	// reserved whole with the other buffers (so at New, or on the host
 	// engine at the first Push when that fixes the sample shape), and
 	// holds each chunk in the form the assemble step reads; the least
@@ -483,10 +486,21 @@ func (c Config) chunkCache(gpu bool) (size int64, secondMiss bool) {
 	case c.ChunkCacheBytes < 0 || gpu:
 		return 0, false
 	}
-	if n := min(memoryLimit()/16, maxDefaultChunkCache); n >= 1<<20 {
+	if n := defaultChunkCache(memoryLimit(), os.Getenv("LOCAL_WORLD_SIZE")); n >= 1<<20 {
 		return n, true
 	}
 	return 0, false
+}
+
+// defaultChunkCache is the default cache's size: a sixteenth of memory,
+// shared by the loaders a launcher runs on the host (localRanks, as
+// torchrun sets LOCAL_WORLD_SIZE), at most maxDefaultChunkCache.
+func defaultChunkCache(memory int64, localRanks string) int64 {
+	n := memory / 16
+	if r, err := strconv.Atoi(localRanks); err == nil && r > 1 {
+		n /= int64(r)
+	}
+	return min(n, maxDefaultChunkCache)
 }
 
 // withBuffers fills zero buffer sizes with the engine's defaults: the CUDA

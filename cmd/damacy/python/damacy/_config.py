@@ -266,8 +266,9 @@ class Config:
             or host memory on the host engine, so that crops and epochs
             that read a chunk again skip reading and decoding it. 0 = the
             default: on the host engine (a Loader's) a sixteenth of the
-            memory the server may use (the host's, or its cgroup's limit),
-            at most 4 GiB, taking local compressed chunks at their second
+            memory the server may use (the host's, or its cgroup's limit;
+            shared by the ranks torchrun runs on the host), at most 4 GiB,
+            taking local compressed chunks at their second
             miss (a dataset read once costs it nothing); none on the CUDA
             engine. -1 = none; else at least 1 MiB, taking every miss.
         mapped_file_bytes: Bytes of local files the engines may keep
