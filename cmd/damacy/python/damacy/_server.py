@@ -27,6 +27,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 from typing import Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
@@ -34,7 +35,7 @@ from . import _cuda
 from ._errors import DamacyError, ShutdownError, error_from_wire
 from ._protocol import FrameDecoder, ProtocolError, encode, fd_count
 
-__all__ = ["Reply", "Connection", "ServerProcess", "binary_path", "close_fds", "forked_message", "launch"]
+__all__ = ["Reply", "Connection", "ServerProcess", "binary_path", "close_fds", "forked_message", "launch", "server_env"]
 
 logger = logging.getLogger("damacy")
 
@@ -497,6 +498,27 @@ def binary_path() -> str:
     return path
 
 
+def server_env() -> Optional[Dict[str, str]]:
+    """The server's environment: this process's (None), except in a
+    DataLoader worker of several, where LOCAL_WORLD_SIZE counts every
+    worker's loader on the host (torchrun's ranks per host times the
+    workers), so that each worker's server takes its share of the host's
+    cores and of the default chunk cache rather than all of them. torch is
+    not imported here: a process that has not imported it is no worker."""
+    data = sys.modules.get("torch.utils.data")
+    info = data.get_worker_info() if data is not None else None
+    workers = int(getattr(info, "num_workers", 1) or 1)
+    if workers <= 1:
+        return None
+    try:
+        ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        ranks = 1
+    env = dict(os.environ)
+    env["LOCAL_WORLD_SIZE"] = str(ranks * workers)
+    return env
+
+
 def launch() -> Tuple[socket.socket, Optional[ServerProcess]]:
     """Start ``damacy serve --fd N --parent-pid P`` on one end of a new
     socketpair, from any thread; return the other end and the process.
@@ -510,6 +532,7 @@ def launch() -> Tuple[socket.socket, Optional[ServerProcess]]:
         popen = subprocess.Popen(
             [binary, "serve", "--fd", str(fd), "--parent-pid", str(os.getpid())],
             pass_fds=(fd,),
+            env=server_env(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -327,3 +327,58 @@ def test_closing_reason_reaches_the_caller(fake_binary, monkeypatch):
             p.pop()
         with pytest.raises(damacy.ShutdownError, match=r"stopped \(SHUTDOWN\): the parent process 1 died"):
             p.stats()
+
+
+class _FakeDataModule:
+    """Stands in for torch.utils.data in a DataLoader worker."""
+
+    def __init__(self, workers):
+        self.workers = workers
+
+    def get_worker_info(self):
+        return None if self.workers is None else type("Info", (), {"num_workers": self.workers})()
+
+
+@pytest.mark.parametrize(
+    "workers, ranks, want",
+    [(None, None, None), (1, "4", None), (3, None, "3"), (3, "4", "12"), (2, "x", "2")],
+)
+def test_server_env_counts_dataloader_workers(monkeypatch, workers, ranks, want):
+    """In a DataLoader worker of several, the server's LOCAL_WORLD_SIZE is
+    the ranks' times the workers' (each server takes its share of the
+    cores and of the default chunk cache); elsewhere the environment is
+    the client's own."""
+    monkeypatch.setitem(sys.modules, "torch.utils.data", _FakeDataModule(workers))
+    if ranks is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", ranks)
+    env = damacy._server.server_env()
+    assert (None if env is None else env["LOCAL_WORLD_SIZE"]) == want
+
+
+class _ServerShare:
+    """A dataset whose items are the LOCAL_WORLD_SIZE its worker's server
+    was started with (a Pipeline made in the worker, as the README says)."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        with damacy.Pipeline(config()) as p:
+            with open(f"/proc/{p.server_info['pid']}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        return int(env.get(b"LOCAL_WORLD_SIZE", b"1"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_dataloader_workers_servers_share_the_host(fake_binary, monkeypatch):
+    """Pipelines made in two forked DataLoader workers start servers that
+    count both workers' loaders."""
+    try:
+        import torch.utils.data
+    except ImportError as e:
+        support.skip_or_fail(f"torch is not installed ({e})", "DAMACY_REQUIRE_TORCH")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    loader = torch.utils.data.DataLoader(_ServerShare(), batch_size=None, num_workers=2, multiprocessing_context="fork")
+    assert sorted(int(x) for x in loader) == [2, 2, 2, 2]
