@@ -43,11 +43,10 @@ func Main(ctx context.Context, connect func(context.Context) (*net.UnixConn, err
 // (at least 4) when a launcher runs several loaders on one host, as
 // torchrun does with LOCAL_WORLD_SIZE set to the ranks per host (the
 // Python client multiplies it by the workers of a DataLoader whose workers
-// each run a loader), unless
-// GOMAXPROCS is set: every loader then sizes its CPU workers (default
-// ComputeThreads) to its share instead of to the whole host: loaders that
-// each ran on every core slowed one another (cmd/damacy/BENCH.md, "the
-// Python front at the engine's speed").
+// each run a loader), unless GOMAXPROCS is set: every loader then sizes
+// its CPU workers (default ComputeThreads) to its share instead of to the
+// whole host: loaders that each ran on every core slowed one another
+// (cmd/damacy/BENCH.md, "the Python front at the engine's speed").
 func shareCPUs(getenv func(string) string, cpus int) {
 	if getenv("GOMAXPROCS") != "" {
 		return
