@@ -19,7 +19,11 @@ type hostEngine struct {
 	*stages
 	pool  *slotPool
 	slabs chan []byte
-	arena []byte         // the decoded chunks of the wave being assembled, then the chunk cache's region
+	arena []byte // the decoded chunks of the wave being assembled, then the chunk cache's region
+	// mem holds the arena and the slabs, outside the Go heap (hostRegion):
+	// buffers of a GiB or more counted as live heap would let as much
+	// garbage pile up between collections.
+	mem []byte
 	pin   runtime.Pinner // keeps slot memory where DLPack consumers may see it
 	full  *ptx.Plan      // the assemble plan of a full batch, made by reserve
 	// workers holds one hostWorker per CPU worker, borrowed by compute's
@@ -66,6 +70,21 @@ func (h *hostEngine) reserve(shape []int) error {
 		return newError("new", ErrInvalid, "", err)
 	}
 	h.full = full
+	var cached int64
+	if h.chunks != nil {
+		cached = h.chunks.size
+	}
+	arena := h.lim.arena + cached
+	mem, err := hostRegion(arena + hostSlabs*h.lim.slab)
+	if err != nil {
+		return errorf("new", ErrOutOfMemory, "", "%d bytes for the decoded chunks, the chunk cache and the read slabs (Config.DeviceBufferBytes, Config.ChunkCacheBytes, Config.HostBufferBytes): %v", arena+hostSlabs*h.lim.slab, err)
+	}
+	h.mem, h.arena = mem, mem[:arena:arena]
+	h.slabs = make(chan []byte, hostSlabs)
+	for i := range int64(hostSlabs) {
+		off := arena + i*h.lim.slab
+		h.slabs <- mem[off : off+h.lim.slab : off+h.lim.slab]
+	}
 	bytes := l.Bytes()
 	slots := make([]*slot, h.cfg.BatchSlots)
 	for i := range slots {
@@ -82,15 +101,6 @@ func (h *hostEngine) reserve(shape []int) error {
 		slots[i] = &slot{index: i, shape: append([]int64{int64(h.cfg.BatchSize)}, toInt64s(shape)...), dtype: h.cfg.Dtype, host: buf, share: slotShare{fd: fd}}
 	}
 	h.pool = newSlotPool(slots)
-	h.slabs = make(chan []byte, hostSlabs)
-	for range hostSlabs {
-		h.slabs <- make([]byte, h.lim.slab)
-	}
-	var cached int64
-	if h.chunks != nil {
-		cached = h.chunks.size
-	}
-	h.arena = make([]byte, h.lim.arena+cached)
 	return nil
 }
 
@@ -106,6 +116,8 @@ func (h *hostEngine) close() error {
 	if h.maps != nil {
 		h.maps.close() // run has returned: no wave reads them
 	}
+	freeHostRegion(h.mem) // nor the arena and the slabs
+	h.mem, h.arena = nil, nil
 	if h.pool == nil {
 		h.pin.Unpin()
 		return nil

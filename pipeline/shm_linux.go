@@ -48,3 +48,22 @@ func freeSharedMem(mem []byte, fd int) {
 	syscall.Munmap(mem)
 	syscall.Close(fd)
 }
+
+// hostRegion returns size bytes of anonymous memory outside the Go heap,
+// for a large buffer of no pointers: the garbage collector neither scans
+// nor counts it (a region counted as live heap would let as much garbage
+// pile up before each collection), and its pages cost nothing until
+// written. freeHostRegion returns it.
+func hostRegion(size int64) ([]byte, error) {
+	if size <= 0 {
+		return nil, nil
+	}
+	return syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+}
+
+// freeHostRegion unmaps what hostRegion returned (nil: nothing).
+func freeHostRegion(mem []byte) {
+	if mem != nil {
+		syscall.Munmap(mem)
+	}
+}

@@ -10,3 +10,9 @@ func sharedMem(_ string, size int64) (mem []byte, fd int, err error) {
 
 // freeSharedMem leaves Go memory to the garbage collector.
 func freeSharedMem([]byte, int) {}
+
+// hostRegion returns Go memory here.
+func hostRegion(size int64) ([]byte, error) { return make([]byte, size), nil }
+
+// freeHostRegion leaves Go memory to the garbage collector.
+func freeHostRegion([]byte) {}
