@@ -23,9 +23,9 @@ type hostEngine struct {
 	// mem holds the arena and the slabs, outside the Go heap (hostRegion):
 	// buffers of a GiB or more counted as live heap would let as much
 	// garbage pile up between collections.
-	mem []byte
-	pin   runtime.Pinner // keeps slot memory where DLPack consumers may see it
-	full  *ptx.Plan      // the assemble plan of a full batch, made by reserve
+	mem  []byte
+	pin  runtime.Pinner // keeps slot memory where DLPack consumers may see it
+	full *ptx.Plan      // the assemble plan of a full batch, made by reserve
 	// workers holds one hostWorker per CPU worker, borrowed by compute's
 	// tasks.
 	workers chan *hostWorker
