@@ -28,7 +28,8 @@ reports:
   read amplification  bytes read / bytes of the boxes in the source dtype
   caches            metadata and shard index hits and misses, and the
                     chunk cache's when the run has one
-                    (run.config.chunk_cache_bytes)
+                    (run.config.chunk_cache_bytes, or the host
+                    engine's default one)
   epochs            for a run of several epochs (run.epochs): each epoch's
                     rate and chunk cache hits, epoch 1 against the others
   sources           for a run of several sources (run.config.sources: an

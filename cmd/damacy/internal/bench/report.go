@@ -244,8 +244,12 @@ func (r *Report) WriteText(w io.Writer) {
 		p("waves        %d (%.2f per batch), %d of them carrying chunks of more than one batch\n", n, base.Ratio(n, c["batches_emitted"]), c["waves_shared"])
 	}
 	p("caches       metadata %d hits, %d misses; shard index %d hits, %d misses\n", c["zarr_meta_hits"], c["zarr_meta_misses"], c["shard_index_hits"], c["shard_index_misses"])
-	if r.ChunkCache > 0 {
-		p("chunk cache  %s: %d hits, %d misses (hit rate %.0f%%), %d evictions, holds %s\n", base.FormatBytes(r.ChunkCache),
+	if r.ChunkCache > 0 || c["chunk_cache_hits"]+c["chunk_cache_misses"] > 0 {
+		size := "default" // the host engine's (Config.ChunkCacheBytes 0)
+		if r.ChunkCache > 0 {
+			size = base.FormatBytes(r.ChunkCache)
+		}
+		p("chunk cache  %s: %d hits, %d misses (hit rate %.0f%%), %d evictions, holds %s\n", size,
 			c["chunk_cache_hits"], c["chunk_cache_misses"], 100*base.Ratio(c["chunk_cache_hits"], c["chunk_cache_hits"]+c["chunk_cache_misses"]),
 			c["chunk_cache_evictions"], base.FormatBytes(c["chunk_cache_bytes"]))
 	}
