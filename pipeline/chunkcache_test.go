@@ -561,6 +561,12 @@ func TestChunkCacheDefault(t *testing.T) {
 	if size, _ := (Config{ChunkCacheBytes: -1}).chunkCache(false); size != 0 {
 		t.Errorf("host engine, ChunkCacheBytes -1: a cache of %d bytes", size)
 	}
+	if one, _ := (Config{}).chunkCache(false); one >= 2<<20 {
+		two, _ := (Config{Sources: []Source{{Name: "image"}, {Name: "label"}}}).chunkCache(false)
+		if two != one/2 {
+			t.Errorf("default cache with two sources: %d bytes each, want half of %d", two, one)
+		}
+	}
 	if size, second := (Config{ChunkCacheBytes: 8 << 20}).chunkCache(true); size != 8<<20 || second {
 		t.Errorf("a size set: %d bytes, second miss %v", size, second)
 	}

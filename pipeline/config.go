@@ -246,7 +246,8 @@ type Config struct {
 	// read, copy and decode. 0 (the default): on the host engine a cache of
 	// a sixteenth of the memory the process may use (the host's, or less
 	// where its cgroup caps it; shared by the loaders a launcher runs on
-	// the host, LOCAL_WORLD_SIZE as torchrun sets it), at most 4 GiB, that
+	// the host, LOCAL_WORLD_SIZE as torchrun sets it), at most 4 GiB,
+	// shared by the pipeline's sources (each has a cache of its own), that
 	// takes only local compressed chunks and only at their second miss, so
 	// that a dataset read once (a scan, or one larger than the cache read
 	// at random) costs it little but bookkeeping; none on the CUDA engine,
@@ -486,7 +487,11 @@ func (c Config) chunkCache(gpu bool) (size int64, secondMiss bool) {
 	case c.ChunkCacheBytes < 0 || gpu:
 		return 0, false
 	}
-	if n := defaultChunkCache(memoryLimit(), os.Getenv("LOCAL_WORLD_SIZE")); n >= 1<<20 {
+	n := defaultChunkCache(memoryLimit(), os.Getenv("LOCAL_WORLD_SIZE"))
+	if k := len(c.Sources); k > 1 {
+		n /= int64(k) // each source's engine has a cache of its own
+	}
+	if n >= 1<<20 {
 		return n, true
 	}
 	return 0, false

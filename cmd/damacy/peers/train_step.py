@@ -23,8 +23,8 @@ Modes (each in a process of its own, one after the other, same host):
   Loader's default engine: the server's host engine decodes and assembles,
   the trainer's process copies each batch onto the GPU in its own context).
   Its default chunk cache (host memory: a sixteenth of the host's, at most
-  4 GiB, taking a chunk at its second miss) holds this dataset's decoded
-  chunks after a few dozen steps.
+  4 GiB, split between the image and the label, taking a chunk at its
+  second miss) holds this dataset's decoded chunks after a few dozen steps.
 - ``damacy-nocache``: the same with ``chunk_cache_bytes=-1`` (no chunk
   cache): what a dataset far larger than the cache costs, every chunk
   decoded at every read.

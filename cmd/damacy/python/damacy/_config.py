@@ -268,9 +268,9 @@ class Config:
             default: on the host engine (a Loader's) a sixteenth of the
             memory the server may use (the host's, or its cgroup's limit;
             shared by the ranks torchrun runs on the host), at most 4 GiB,
-            taking local compressed chunks at their second
-            miss (a dataset read once costs it nothing); none on the CUDA
-            engine. -1 = none; else at least 1 MiB, taking every miss.
+            split between the sources, taking local compressed chunks at
+            their second miss (a dataset read once costs it nothing); none
+            on the CUDA engine. -1 = none; else at least 1 MiB, taking every miss.
         mapped_file_bytes: Bytes of local files the engines may keep
             mapped (extra; page-locked on the CUDA engine, so that the GPU
             copies their chunks straight out of the page cache; the host
