@@ -575,8 +575,9 @@ func TestChunkCacheDefault(t *testing.T) {
 		ranks  string
 		want   int64
 	}{{16 << 30, "", 1 << 30}, {16 << 30, "4", 256 << 20}, {16 << 30, "x", 1 << 30}, {1 << 40, "", maxDefaultChunkCache}, {1 << 40, "8", maxDefaultChunkCache}, {512 << 30, "8", maxDefaultChunkCache}, {256 << 30, "8", 2 << 30}} {
-		if got := defaultChunkCache(c.memory, c.ranks); got != c.want {
-			t.Errorf("defaultChunkCache(%d, %q) = %d, want %d", c.memory, c.ranks, got, c.want)
+		loaders := LoadersPerHost(func(k string) string { return map[string]string{"LOCAL_WORLD_SIZE": c.ranks}[k] })
+		if got := defaultChunkCache(c.memory, loaders); got != c.want {
+			t.Errorf("defaultChunkCache(%d, LOCAL_WORLD_SIZE %q) = %d, want %d", c.memory, c.ranks, got, c.want)
 		}
 	}
 	if memoryLimit() < 64<<20 {

@@ -487,7 +487,7 @@ func (c Config) chunkCache(gpu bool) (size int64, secondMiss bool) {
 	case c.ChunkCacheBytes < 0 || gpu:
 		return 0, false
 	}
-	n := defaultChunkCache(memoryLimit(), os.Getenv("LOCAL_WORLD_SIZE"))
+	n := defaultChunkCache(memoryLimit(), LoadersPerHost(os.Getenv))
 	if k := len(c.Sources); k > 1 {
 		n /= int64(k) // each source's engine has a cache of its own
 	}
@@ -498,14 +498,23 @@ func (c Config) chunkCache(gpu bool) (size int64, secondMiss bool) {
 }
 
 // defaultChunkCache is the default cache's size: a sixteenth of memory,
-// shared by the loaders a launcher runs on the host (localRanks, as
-// torchrun sets LOCAL_WORLD_SIZE), at most maxDefaultChunkCache.
-func defaultChunkCache(memory int64, localRanks string) int64 {
-	n := memory / 16
-	if r, err := strconv.Atoi(localRanks); err == nil && r > 1 {
-		n /= int64(r)
+// shared by the loaders a launcher runs on the host (LoadersPerHost), at
+// most maxDefaultChunkCache.
+func defaultChunkCache(memory int64, loaders int) int64 {
+	return min(memory/16/int64(max(loaders, 1)), maxDefaultChunkCache)
+}
+
+// LoadersPerHost returns how many loaders a launcher runs on this host,
+// each of which should take its share of the host's cores and memory:
+// LOCAL_WORLD_SIZE as getenv reads it (torchrun sets it to the ranks per
+// host; the Python client multiplies it by the workers of a DataLoader
+// whose workers each run a loader), 1 where it is unset or not a number
+// above 1.
+func LoadersPerHost(getenv func(string) string) int {
+	if n, err := strconv.Atoi(getenv("LOCAL_WORLD_SIZE")); err == nil && n > 1 {
+		return n
 	}
-	return min(n, maxDefaultChunkCache)
+	return 1
 }
 
 // withBuffers fills zero buffer sizes with the engine's defaults: the CUDA

@@ -8,10 +8,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"syscall"
 
 	"github.com/damacy-go/damacy/cuda"
+	"github.com/damacy-go/damacy/pipeline"
 )
 
 // Main is `damacy serve` once its flags are parsed: it serves the
@@ -51,8 +51,8 @@ func shareCPUs(getenv func(string) string, cpus int) {
 	if getenv("GOMAXPROCS") != "" {
 		return
 	}
-	n, err := strconv.Atoi(getenv("LOCAL_WORLD_SIZE"))
-	if err != nil || n <= 1 {
+	n := pipeline.LoadersPerHost(getenv)
+	if n <= 1 {
 		return
 	}
 	if share := max(4, cpus/n); share < runtime.GOMAXPROCS(0) {
