@@ -114,13 +114,18 @@ func newChunkCache(size int64, secondMiss bool, stats *statsSink) *chunkCache {
 	return c
 }
 
-// wants reports whether the cache looks up and keeps chunks of src. The
-// default cache takes only local files' compressed chunks: chunks stored
-// uncompressed cost no decode (they are read in place), and the key of an
-// object of another store would cost a request for its size where it is
-// not cached.
-func (c *chunkCache) wants(src *source) bool {
-	return !c.secondMiss || src.dir != nil && !storedRaw(src)
+// wants reports whether the cache looks up and keeps job j's chunk. The
+// default cache takes only local files' chunks that must be decoded: a
+// chunk stored as it is used (its own codec, a shard's inner one for a
+// sharded array, has no compression and nothing but bytes) costs no
+// decode, being read in place, and the key of an object of another store
+// would cost a request for its size where it is not cached.
+func (c *chunkCache) wants(j *job) bool {
+	if !c.secondMiss {
+		return true
+	}
+	r := j.chunk.Codec.Route()
+	return j.src.dir != nil && !(r.Simple && r.Compression == zarr.CompressionNone)
 }
 
 // admit reports whether a miss of chunk k, n bytes decoded, is to be

@@ -620,7 +620,10 @@ func TestChunkCacheDefault(t *testing.T) {
 	case third.ChunkCacheMisses != 0 || third.ChunkCacheHits != first.ChunkCacheMisses || third.ChunksDecoded != 0:
 		t.Error("read a third time: want every chunk a hit, none decoded")
 	}
-	// Raw chunks are read in place: the default cache never looks them up.
+	// Raw chunks are read in place: the default cache never looks them up,
+	// a shard's raw inner chunks included.
+	raw = append(raw, writeCase(t, dir, storeCase{"raw-u16-sharded", writer.Spec{Shape: []int64{64, 64, 64}, ChunkShape: []int64{16, 16, 16},
+		ShardShape: []int64{32, 32, 64}, DataType: zarr.Uint16}}, seed+100))
 	rawBatch := epochSamples(t, rng, raw, ext, 4, 1)[0]
 	cfg.BatchSize = len(rawBatch)
 	for i, st := range runEpochs(t, newChecked(t, cfg), [][]Sample{rawBatch, rawBatch, rawBatch}).stats {

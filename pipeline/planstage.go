@@ -94,7 +94,7 @@ func (s *stages) planRequest(req *batchReq, route func(*job), carry *wave) []*wa
 	}
 	var hits []*cacheEntry
 	lookup := func(j *job) {
-		if s.chunks != nil && s.chunks.wants(j.src) {
+		if s.chunks != nil && s.chunks.wants(j) {
 			k := versions.key(j.src, &j.chunk)
 			if j.hit = s.chunks.lookup(k, &j.psrc); j.hit != nil {
 				j.psrc = j.hit.src
