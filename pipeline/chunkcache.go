@@ -124,8 +124,7 @@ func (c *chunkCache) wants(j *job) bool {
 	if !c.secondMiss {
 		return true
 	}
-	r := j.chunk.Codec.Route()
-	return j.src.dir != nil && !(r.Simple && r.Compression == zarr.CompressionNone)
+	return j.src.dir != nil && !rawCodec(j.chunk.Codec)
 }
 
 // admit reports whether a miss of chunk k, n bytes decoded, is to be

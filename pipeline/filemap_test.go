@@ -83,12 +83,12 @@ func TestFileMapsFirstSight(t *testing.T) {
 
 // Both engines map a file the first time they read a large chunk of it
 // (firstSightBytes; the CUDA engine registers the mapping and copies to
-// the GPU from it): a single pass over uncompressed chunks of 2 MiB
-// copies every one from its mapping, and its batches are those of the
-// host engine without mappings, bit for bit; chunks below the threshold
-// are read into staging the first time (and mapped once read whole,
-// fileMaps.note), and so are the CUDA engine's compressed ones
-// (firstSightRaw).
+// the GPU from it): a single pass over uncompressed chunks of 2 MiB, of
+// an unsharded array or in shards, copies every one from its mapping,
+// and its batches are those of the host engine without mappings, bit for
+// bit; chunks below the threshold are read into staging the first time
+// (and mapped once read whole, fileMaps.note), and so are the CUDA
+// engine's compressed ones (firstSightRaw).
 func TestFirstSightMaps(t *testing.T) {
 	for _, engine := range []string{"cpu", "cuda"} {
 		t.Run(engine, func(t *testing.T) { testFirstSightMaps(t, engine) })
@@ -118,12 +118,14 @@ func testFirstSightMaps(t *testing.T, engine string) {
 		DataType: zarr.Uint16, Compression: writer.Compression{}}}, seed+1)
 	packed := writeCase(t, dir, storeCase{"zstd-u32-4MiB", writer.Spec{Shape: []int64{64, 128, 256}, ChunkShape: []int64{32, 128, 256},
 		DataType: zarr.Uint32, Compression: writer.Compression{Codec: writer.Zstd, Level: 1}}}, seed+2)
+	sharded := writeCase(t, dir, storeCase{"raw-u16-sharded", writer.Spec{Shape: []int64{64, 128, 256}, ChunkShape: []int64{32, 128, 256},
+		ShardShape: []int64{64, 128, 256}, DataType: zarr.Uint16, Compression: writer.Compression{}}}, seed+3)
 	rng := rand.New(rand.NewPCG(seed, 13))
 	ext := []int{20, 100, 200}
 	for _, c := range []struct {
 		path   string
 		mapped bool
-	}{{large, true}, {small, false}, {packed, engine == "cpu"}} {
+	}{{large, true}, {small, false}, {packed, engine == "cpu"}, {sharded, true}} {
 		epochs := epochSamples(t, rng, []string{c.path}, ext, 8, 1)
 		cfg := Config{Device: "cpu", BatchSize: 4, SampleShape: ext, Dtype: F32, HostBufferBytes: 24 << 20, DeviceBufferBytes: 8 << 20}
 		off := cfg

@@ -6,9 +6,14 @@ import (
 	"github.com/damacy-go/damacy/zarr"
 )
 
-// storedRaw reports whether src's chunks are stored uncompressed.
-func storedRaw(src *source) bool {
-	rt := src.arr.Codec().Route()
+// rawCodec reports whether chunks of codec c are stored as their bytes,
+// uncompressed: a shard's when its inner chunks are (a shard that only
+// holds chunks and their index).
+func rawCodec(c *zarr.ChunkCodec) bool {
+	for !c.Leaf() {
+		c = c.Sharding().Inner()
+	}
+	rt := c.Route()
 	return rt.Simple && rt.Compression == zarr.CompressionNone
 }
 
@@ -26,7 +31,7 @@ func (s *stages) mapReads(w *wave) ([]readOp, error) {
 		if r.src.dir != nil {
 			if path, err := r.src.dir.Path(r.key); err == nil {
 				f := s.maps.acquire(path)
-				if f == nil && s.maps.firstSight > 0 && r.length >= s.maps.firstSight && (!s.maps.firstSightRaw || storedRaw(r.src)) {
+				if f == nil && s.maps.firstSight > 0 && r.length >= s.maps.firstSight && (!s.maps.firstSightRaw || rawCodec(r.src.arr.Codec())) {
 					f = s.mapNow(path, r.length)
 				}
 				if f != nil {
