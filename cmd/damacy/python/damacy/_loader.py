@@ -76,6 +76,17 @@ class _Feed:
         return kept, [(draws[i], s) for i, s in sorted(out.items())]
 
 
+@dataclasses.dataclass
+class _Popped:
+    """A pop's outcome: its batch (or the error it raised) and the draws it
+    took from the feed: those it holds, and those it left out."""
+
+    batch: Optional[Batch]
+    draws: List[Draw]
+    skipped: List[Skipped]
+    error: Optional[DamacyError]
+
+
 def _named(feed: _Feed, draw: Draw, error: DamacyError) -> DamacyError:
     """error as the Loader raises or reports it: naming the draw's epoch,
     its index in the epoch and its array's URI (attributes and message)."""
@@ -132,7 +143,12 @@ class Loader:
     tensors of batch i are valid until the next iteration, as the usual
     loop needs. A tensor kept longer keeps its batch slot, and the pipeline
     stalls (TryAgain) once every slot is kept. Without torch, the
-    :class:`Batch` must not be used after the next iteration.
+    :class:`Batch` must not be used after the next iteration. Where this
+    process copies the batches onto its GPU (the host engine, a Loader's
+    default, on a GPU), the next batch is popped before a batch is handed
+    out, so that its copy runs while the model works on this one: a step
+    never waits for its batch's copy. That batch's draws count as
+    delivered only when it is handed out (:meth:`state_dict`).
 
     Errors: with ``Config(on_error="raise")`` (the default), a draw that
     cannot be read (its array or label missing, a chunk that does not
@@ -197,6 +213,9 @@ class Loader:
         self.drop_last = bool(drop_last)
         self._torch = _torch()
         self._cuda = self.pipeline.server_info.get("batches", "cpu") != "cpu"
+        # Pop one batch ahead where that holds no batch slot (batches the
+        # client copies onto its GPU): its copy then runs during the step.
+        self._ahead = not self.pipeline._engine.holds_slots
         self._feed: Optional[_Feed] = None  # the last feed pushed, until drained
         self._active: Optional[_Feed] = None  # the feed being iterated
         self._skipped: List[Skipped] = []  # the current epoch's draws left out (on_error="skip")
@@ -251,38 +270,67 @@ class Loader:
         return list(self._skipped)
 
     def _batches(self, feed: _Feed) -> Iterator[Dict[str, Any]]:
-        held: Optional[Batch] = None
+        held: Optional[Batch] = None  # the batch yielded last
+        ahead: Optional[_Popped] = None  # popped before its turn (self._ahead)
         skipped: List[Skipped] = []  # left out since the last dict
         try:
             while self._active is feed and (feed.end is None or self.sampler.next < feed.end):
-                try:
-                    batch = self.pipeline.pop()
-                except DamacyError as e:
-                    if isinstance(e, (ShutdownError, TryAgain)) or not e.samples:
-                        raise
-                    first = feed.taken
-                    draws, _ = feed.take(e.samples)
-                    self.sampler.next += len(draws)
-                    if e.index is not None and 0 <= e.index - first < len(draws):
-                        _named(feed, draws[e.index - first], e)  # the draw at fault
-                    raise
+                if ahead is not None:
+                    got, ahead = ahead, None
+                    if got.batch is not None:
+                        try:
+                            self.pipeline._check("pop")  # closed since: its batch is not handed out
+                        except BaseException:
+                            self._release(got.batch)
+                            raise
+                else:
+                    got = self._pop(feed)
                 if held is not None:
                     self._release(held)
-                held = batch
-                draws, left = feed.take(batch.info.shape[0] + len(batch.skipped), batch.skipped)
-                self.sampler.next += len(draws) + len(left)
-                new = [Skipped(d.index, d.sample.uri, s.source, s.chunk, _named(feed, d, s.error)) for d, s in left]
-                skipped += new
-                self._skipped += new
-                if not draws:
+                    held = None
+                if got.error is not None:
+                    self.sampler.next += len(got.draws)
+                    raise got.error
+                assert got.batch is not None
+                held = got.batch
+                n = len(got.draws) + len(got.skipped)
+                if got.draws and self._ahead and (feed.end is None or self.sampler.next + n < feed.end):
+                    # The next batch's copy is queued now, to run while the
+                    # consumer works on this one. Its draws are out of the
+                    # feed but not delivered: the sampler's position moves
+                    # at its turn, so an interruption here loses none.
+                    ahead = self._pop(feed)
+                self.sampler.next += n
+                skipped += got.skipped
+                self._skipped += got.skipped
+                if not got.draws:
                     continue  # every draw left out: reported with the next dict
-                yield self._as_dict(batch, draws, skipped)
+                yield self._as_dict(got.batch, got.draws, skipped)
                 skipped = []
             if self._active is feed and not feed.pending:
                 self._feed = self._active = None  # finished: nothing left in the pipeline
         finally:
             if held is not None:
                 self._release(held)
+            if ahead is not None and ahead.batch is not None:
+                self._release(ahead.batch)
+
+    def _pop(self, feed: _Feed) -> "_Popped":
+        """Pop the next batch, or the error its pop raised, and take its
+        draws out of the feed (the sampler's position is the caller's)."""
+        try:
+            batch = self.pipeline.pop()
+        except DamacyError as e:
+            if isinstance(e, (ShutdownError, TryAgain)) or not e.samples:
+                return _Popped(None, [], [], e)
+            first = feed.taken
+            draws, _ = feed.take(e.samples)
+            if e.index is not None and 0 <= e.index - first < len(draws):
+                _named(feed, draws[e.index - first], e)  # the draw at fault
+            return _Popped(None, draws, [], e)
+        draws, left = feed.take(batch.info.shape[0] + len(batch.skipped), batch.skipped)
+        new = [Skipped(d.index, d.sample.uri, s.source, s.chunk, _named(feed, d, s.error)) for d, s in left]
+        return _Popped(batch, draws, new, None)
 
     def _release(self, batch: Batch) -> None:
         stream = None

@@ -253,10 +253,17 @@ def _epoch(loader) -> List[dict]:
     return [{"index": list(b["index"]), "array": list(b["array"]), "values": _values(b)} for b in loader]
 
 
-def test_loader(serve_binary, image):
+@pytest.mark.parametrize("ahead", [False, True])
+def test_loader(serve_binary, image, ahead):
+    """ahead: each batch popped before the one before it is handed out (as
+    where the client copies the batches onto its GPU; here, on the CPU, the
+    batch ahead takes a third slot while the tensors of the one before are
+    alive)."""
     path, data = image
     sampler = damacy.UniformSampler([path], (5, 6, 7), seed=9, samples_per_epoch=22)
-    with damacy.Loader(_config(), sampler) as loader:
+    with damacy.Loader(_config(batch_slots=3 if ahead else 2), sampler) as loader:
+        assert not loader._ahead  # host batches: each holds a slot
+        loader._ahead = ahead
         assert sampler._own is None  # the sampler asks the pipeline's server
         assert len(loader) == 6
         loader.set_epoch(1)
@@ -291,7 +298,8 @@ def test_loader(serve_binary, image):
 
     # Another loader (another server) from the saved state.
     sampler2 = damacy.UniformSampler([path], (5, 6, 7), seed=9, samples_per_epoch=22)
-    with damacy.Loader(_config(), sampler2) as loader2:
+    with damacy.Loader(_config(batch_slots=3 if ahead else 2), sampler2) as loader2:
+        loader2._ahead = ahead
         loader2.load_state_dict(state)
         rest2 = _epoch(loader2)
         assert [b["index"] for b in rest2] == [b["index"] for b in full[2:]]
@@ -331,10 +339,12 @@ def test_loader_grid(serve_binary, image):
         assert n == 36 and covered.all()
 
 
-def test_loader_infinite(serve_binary, image):
+@pytest.mark.parametrize("ahead", [False, True])
+def test_loader_infinite(serve_binary, image, ahead):
     path, _ = image
     s = damacy.UniformSampler([path], (4, 4, 4), seed=1, infinite=True)
-    with damacy.Loader(_config(), s) as loader:
+    with damacy.Loader(_config(batch_slots=3 if ahead else 2), s) as loader:
+        loader._ahead = ahead
         with pytest.raises(TypeError):
             len(loader)
         got = []
