@@ -50,6 +50,7 @@ class _Feed:
         self.pending: Deque[Draw] = collections.deque()  # pushed, not yet in a batch
         self.taken = 0  # draws taken by batches so far: pending[0]'s index in the feed
         self.stopped = False
+        self.interrupted = False  # a pop was interrupted: the pipeline drops its batch
 
     def __iter__(self) -> Iterator[Sample]:
         while not self.stopped and (self.end is None or self.pos < self.end):
@@ -328,6 +329,12 @@ class Loader:
             if e.index is not None and 0 <= e.index - first < len(draws):
                 _named(feed, draws[e.index - first], e)  # the draw at fault
             return _Popped(None, draws, [], e)
+        except BaseException:
+            # Ctrl-C while the pop waited: the pipeline drops the batch when
+            # it comes, its draws still pending here (the next iteration
+            # reads them again: the sampler's position never counted them).
+            feed.interrupted = True
+            raise
         draws, left = feed.take(batch.info.shape[0] + len(batch.skipped), batch.skipped)
         new = [Skipped(d.index, d.sample.uri, s.source, s.chunk, _named(feed, d, s.error)) for d, s in left]
         return _Popped(batch, draws, new, None)
@@ -369,8 +376,12 @@ class Loader:
         while feed.pending:
             try:
                 b = self.pipeline.pop()
+            except TryAgain:
+                if feed.interrupted:
+                    return  # the rest went with the batch of an interrupted pop
+                raise
             except DamacyError as e:  # a failed batch of draws never delivered
-                if isinstance(e, (ShutdownError, TryAgain)) or not e.samples:
+                if isinstance(e, ShutdownError) or not e.samples:
                     raise
                 feed.take(e.samples)
                 continue

@@ -374,3 +374,46 @@ def test_loader_pipeline(serve_binary, image):
     p.close()
     assert [d.index for d in s.draws(0, 0, 8)] == list(range(8))
     s.close()
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_loader_interrupted(serve_binary, image, ahead):
+    """Ctrl-C while the Loader waits for a batch: the batch is dropped when
+    it comes, nothing counts as delivered, and the next iteration goes on
+    from where the loader stood, every draw once, in order."""
+    import signal
+    import threading
+
+    path, data = image
+    store = support.GatedStore(os.path.dirname(path))
+    uri = store.url + os.path.basename(path)
+    s = damacy.UniformSampler([uri], (5, 6, 7), seed=3, samples_per_epoch=14)
+    main = threading.get_ident()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with damacy.Loader(_config(batch_slots=3), s) as loader:
+            loader._ahead = ahead
+            it = iter(loader)
+
+            def interrupt():
+                support.wait_until(
+                    lambda: support.waiting_in(main, "pop") and store.waiting.is_set(), timeout=60, what="the pop's wait"
+                )
+                signal.pthread_kill(main, signal.SIGINT)
+
+            threading.Thread(target=interrupt, daemon=True).start()
+            with pytest.raises(KeyboardInterrupt):
+                next(it)
+            store.gate.set()
+            del it
+            assert loader.state_dict() == {"epoch": 0, "next": 0}
+            batches = _epoch(loader)
+            assert sum((b["index"] for b in batches), []) == list(range(14))
+            draws = s.draws(0, 0, 14)
+            for i, d in enumerate(draws):
+                (z0, z1), (y0, y1), (x0, x1) = d.sample.aabb
+                np.testing.assert_array_equal(batches[i // 4]["values"][i % 4], data[z0:z1, y0:y1, x0:x1])
+            assert loader.state_dict() == {"epoch": 0, "next": 14}
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        store.close()
