@@ -60,8 +60,6 @@ class CopyEngine(DeviceEngine):
     """Batches of the server's host engine, copied to the client's device
     ``context.ordinal`` on a stream of the client's context."""
 
-    holds_slots = False
-
     def __init__(self, conn: Connection, context: _cuda.Context) -> None:
         super().__init__(conn, context)
         self._maps = HostSlots()

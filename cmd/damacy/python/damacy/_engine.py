@@ -108,9 +108,6 @@ class Engine(abc.ABC):
 
     #: __dlpack_device__ of the batches: (device_type, device_id).
     device: Tuple[int, int]
-    #: Whether a popped batch keeps its server slot until released (not so
-    #: where the client copies the batch: the slot goes back once copied).
-    holds_slots = True
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn

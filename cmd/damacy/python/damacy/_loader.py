@@ -144,12 +144,7 @@ class Loader:
     tensors of batch i are valid until the next iteration, as the usual
     loop needs. A tensor kept longer keeps its batch slot, and the pipeline
     stalls (TryAgain) once every slot is kept. Without torch, the
-    :class:`Batch` must not be used after the next iteration. Where this
-    process copies the batches onto its GPU (the host engine, a Loader's
-    default, on a GPU), the next batch is popped before a batch is handed
-    out, so that its copy runs while the model works on this one: a step
-    never waits for its batch's copy. That batch's draws count as
-    delivered only when it is handed out (:meth:`state_dict`).
+    :class:`Batch` must not be used after the next iteration.
 
     Errors: with ``Config(on_error="raise")`` (the default), a draw that
     cannot be read (its array or label missing, a chunk that does not
@@ -214,9 +209,6 @@ class Loader:
         self.drop_last = bool(drop_last)
         self._torch = _torch()
         self._cuda = self.pipeline.server_info.get("batches", "cpu") != "cpu"
-        # Pop one batch ahead where that holds no batch slot (batches the
-        # client copies onto its GPU): its copy then runs during the step.
-        self._ahead = not self.pipeline._engine.holds_slots
         self._feed: Optional[_Feed] = None  # the last feed pushed, until drained
         self._active: Optional[_Feed] = None  # the feed being iterated
         self._skipped: List[Skipped] = []  # the current epoch's draws left out (on_error="skip")
@@ -272,20 +264,10 @@ class Loader:
 
     def _batches(self, feed: _Feed) -> Iterator[Dict[str, Any]]:
         held: Optional[Batch] = None  # the batch yielded last
-        ahead: Optional[_Popped] = None  # popped before its turn (self._ahead)
         skipped: List[Skipped] = []  # left out since the last dict
         try:
             while self._active is feed and (feed.end is None or self.sampler.next < feed.end):
-                if ahead is not None:
-                    got, ahead = ahead, None
-                    if got.batch is not None:
-                        try:
-                            self.pipeline._check("pop")  # closed since: its batch is not handed out
-                        except BaseException:
-                            self._release(got.batch)
-                            raise
-                else:
-                    got = self._pop(feed)
+                got = self._pop(feed)
                 if held is not None:
                     self._release(held)
                     held = None
@@ -294,14 +276,7 @@ class Loader:
                     raise got.error
                 assert got.batch is not None
                 held = got.batch
-                n = len(got.draws) + len(got.skipped)
-                if got.draws and self._ahead and (feed.end is None or self.sampler.next + n < feed.end):
-                    # The next batch's copy is queued now, to run while the
-                    # consumer works on this one. Its draws are out of the
-                    # feed but not delivered: the sampler's position moves
-                    # at its turn, so an interruption here loses none.
-                    ahead = self._pop(feed)
-                self.sampler.next += n
+                self.sampler.next += len(got.draws) + len(got.skipped)
                 skipped += got.skipped
                 self._skipped += got.skipped
                 if not got.draws:
@@ -313,8 +288,6 @@ class Loader:
         finally:
             if held is not None:
                 self._release(held)
-            if ahead is not None and ahead.batch is not None:
-                self._release(ahead.batch)
 
     def _pop(self, feed: _Feed) -> "_Popped":
         """Pop the next batch, or the error its pop raised, and take its

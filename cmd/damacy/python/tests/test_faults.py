@@ -255,12 +255,11 @@ def gpu_device() -> int:
     return int(torch.cuda.current_device())
 
 
-@pytest.mark.parametrize("where", ["cpu", "cpu-ahead", "gpu", "cuda"])
+@pytest.mark.parametrize("where", ["cpu", "gpu", "cuda"])
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
 def test_loader(serve_binary, dataset, on_error, where):
     """A Loader over the faulty dataset; "gpu": the Loader's default on a
-    GPU (the host engine's batches copied onto it by this process, each
-    popped a batch ahead); "cpu-ahead": popping ahead on the CPU; "cuda":
+    GPU (the host engine's batches copied onto it by this process); "cuda":
     the server's CUDA engine (nvCOMP), its batches shared over CUDA IPC."""
     ds, bs = dataset, 3
     arrays = [f"{ds.base}/{n}.zarr" for n in NAMES]
@@ -272,8 +271,6 @@ def test_loader(serve_binary, dataset, on_error, where):
                  "max_chunk_uncompressed_bytes": 0}
     with damacy.Pipeline(config(bs, on_error, **extra)) as p:
         loader = damacy.Loader(p, damacy.GridSampler(arrays, BOX))
-        assert loader._ahead == (where == "gpu")
-        loader._ahead = where in ("gpu", "cpu-ahead")
         draws = {d.index: d for d in loader.sampler.draws(0, 0, len(loader.sampler))}
         bad = {i for i, d in draws.items() if d.sample.uri.endswith("/b.zarr") and ds.case.spoils(d.sample.aabb)}
         assert bad
@@ -305,7 +302,6 @@ def test_loader(serve_binary, dataset, on_error, where):
                     assert state["next"] % bs == 0 and state["next"] > 0
                     with damacy.Pipeline(config(bs, on_error, **extra)) as q:
                         other = damacy.Loader(q, damacy.GridSampler(arrays, BOX))
-                        other._ahead = loader._ahead
                         other.load_state_dict(state)
                         resumed = []
                         try:

@@ -458,8 +458,7 @@ def test_loader_copies_batches_in_this_process(torch, tmp_path):
     """A Loader on the GPU (the default engine: the host engine's batches
     copied here): an image and its label with augmentation equal the host
     engine's, bit for bit, though each batch is overwritten on the GPU
-    right after it is read (a reused buffer waits for that work), and
-    each next batch is popped, its copy queued, before one is handed out."""
+    right after it is read (a reused buffer waits for that work)."""
     from test_train_step import TINY
 
     (tmp_path / "tiny.json").write_text(json.dumps(TINY))
@@ -487,11 +486,8 @@ def test_loader_copies_batches_in_this_process(torch, tmp_path):
     device = torch.cuda.current_device()
     got = []
     with loader(device) as lo:
-        assert lo.pipeline.server_info["engine"] == "host" and lo._ahead
-        for k, b in enumerate(lo):
-            # This batch's samples and, but for the last, the next one's
-            # (popped ahead) have come out of the server.
-            assert lo.pipeline._done == min(4 * (k + 2), 22), (k, lo.pipeline._done)
+        assert lo.pipeline.server_info["engine"] == "host"
+        for b in lo:
             x, y = b["image"], b["label"]
             assert x.device == torch.device("cuda", device) and x.dtype == torch.bfloat16 and y.dtype == torch.uint8
             got.append((x.cpu(), y.cpu()))

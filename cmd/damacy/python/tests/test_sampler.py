@@ -253,17 +253,10 @@ def _epoch(loader) -> List[dict]:
     return [{"index": list(b["index"]), "array": list(b["array"]), "values": _values(b)} for b in loader]
 
 
-@pytest.mark.parametrize("ahead", [False, True])
-def test_loader(serve_binary, image, ahead):
-    """ahead: each batch popped before the one before it is handed out (as
-    where the client copies the batches onto its GPU; here, on the CPU, the
-    batch ahead takes a third slot while the tensors of the one before are
-    alive)."""
+def test_loader(serve_binary, image):
     path, data = image
     sampler = damacy.UniformSampler([path], (5, 6, 7), seed=9, samples_per_epoch=22)
-    with damacy.Loader(_config(batch_slots=3 if ahead else 2), sampler) as loader:
-        assert not loader._ahead  # host batches: each holds a slot
-        loader._ahead = ahead
+    with damacy.Loader(_config(), sampler) as loader:
         assert sampler._own is None  # the sampler asks the pipeline's server
         assert len(loader) == 6
         loader.set_epoch(1)
@@ -298,8 +291,7 @@ def test_loader(serve_binary, image, ahead):
 
     # Another loader (another server) from the saved state.
     sampler2 = damacy.UniformSampler([path], (5, 6, 7), seed=9, samples_per_epoch=22)
-    with damacy.Loader(_config(batch_slots=3 if ahead else 2), sampler2) as loader2:
-        loader2._ahead = ahead
+    with damacy.Loader(_config(), sampler2) as loader2:
         loader2.load_state_dict(state)
         rest2 = _epoch(loader2)
         assert [b["index"] for b in rest2] == [b["index"] for b in full[2:]]
@@ -339,12 +331,10 @@ def test_loader_grid(serve_binary, image):
         assert n == 36 and covered.all()
 
 
-@pytest.mark.parametrize("ahead", [False, True])
-def test_loader_infinite(serve_binary, image, ahead):
+def test_loader_infinite(serve_binary, image):
     path, _ = image
     s = damacy.UniformSampler([path], (4, 4, 4), seed=1, infinite=True)
-    with damacy.Loader(_config(batch_slots=3 if ahead else 2), s) as loader:
-        loader._ahead = ahead
+    with damacy.Loader(_config(), s) as loader:
         with pytest.raises(TypeError):
             len(loader)
         got = []
@@ -376,8 +366,7 @@ def test_loader_pipeline(serve_binary, image):
     s.close()
 
 
-@pytest.mark.parametrize("ahead", [False, True])
-def test_loader_interrupted(serve_binary, image, ahead):
+def test_loader_interrupted(serve_binary, image):
     """Ctrl-C while the Loader waits for a batch: the batch is dropped when
     it comes, nothing counts as delivered, and the next iteration goes on
     from where the loader stood, every draw once, in order."""
@@ -391,8 +380,7 @@ def test_loader_interrupted(serve_binary, image, ahead):
     main = threading.get_ident()
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with damacy.Loader(_config(batch_slots=3), s) as loader:
-            loader._ahead = ahead
+        with damacy.Loader(_config(), s) as loader:
             it = iter(loader)
 
             def interrupt():
