@@ -48,7 +48,10 @@ Modes (each in a process of its own, one after the other, same host):
 
 Models: ``unet`` (MONAI UNet, channels 16-32-64-128-256, strides 2, 2
 residual units) and ``small`` (channels 8-16-32-64, 1 residual unit), both
-with DiceCELoss, AdamW and bf16 autocast (on a GPU).
+with DiceCELoss, AdamW and bf16 autocast (on a GPU). ``probe`` (not run by
+default) is one 1x1x1 convolution, trained the same way: its step takes a
+few milliseconds, so each loader runs at what it can deliver, in the loop
+and with the crops above (a faster GPU or a lighter model than this host's).
 
 Per mode and model it reports steps/s and samples/s over the measured steps
 (after the warm-up), % of the ceiling's steps/s, the step's GPU time (CUDA
@@ -93,6 +96,7 @@ POS_FRACTION = 2 / 3  # RandCropByPosNegLabeld's pos=2, neg=1; damacy's fraction
 MODELS = {
     "unet": dict(channels=(16, 32, 64, 128, 256), strides=(2, 2, 2, 2), num_res_units=2),
     "small": dict(channels=(8, 16, 32, 64), strides=(2, 2, 2), num_res_units=1),
+    "probe": None,  # one 1x1x1 convolution: the loader's own pace
 }
 MODES = ("ceiling", "damacy", "damacy-nocache", "damacy-cached", "damacy-cuda", "monai", "monai-fast")
 
@@ -357,7 +361,11 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
     if cuda:
         torch.cuda.synchronize(dev)
     info["loader_gpu_bytes"] = device_used(torch, dev) - used0 if mode != "ceiling" else 0
-    model = UNet(spatial_dims=3, in_channels=1, out_channels=CLASSES, **MODELS[model_name]).to(dev)
+    arch = MODELS[model_name]
+    if arch is None:
+        model = torch.nn.Conv3d(1, CLASSES, 1).to(dev)
+    else:
+        model = UNet(spatial_dims=3, in_channels=1, out_channels=CLASSES, **arch).to(dev)
     if distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
