@@ -350,8 +350,9 @@ class Loader:
             try:
                 b = self.pipeline.pop()
             except TryAgain:
-                if feed.interrupted:
-                    return  # the rest went with the batch of an interrupted pop
+                p = self.pipeline
+                if feed.interrupted and not (p._slots and len(p._engine.held()) >= p._slots):
+                    return  # no batch can complete: the rest went with an interrupted pop's
                 raise
             except DamacyError as e:  # a failed batch of draws never delivered
                 if isinstance(e, ShutdownError) or not e.samples:
