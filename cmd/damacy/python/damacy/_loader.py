@@ -50,7 +50,6 @@ class _Feed:
         self.pending: Deque[Draw] = collections.deque()  # pushed, not yet in a batch
         self.taken = 0  # draws taken by batches so far: pending[0]'s index in the feed
         self.stopped = False
-        self.interrupted = False  # a pop was interrupted: the pipeline drops its batch
 
     def __iter__(self) -> Iterator[Sample]:
         while not self.stopped and (self.end is None or self.pos < self.end):
@@ -276,12 +275,15 @@ class Loader:
                     raise got.error
                 assert got.batch is not None
                 held = got.batch
-                self.sampler.next += len(got.draws) + len(got.skipped)
                 skipped += got.skipped
+                out = self._as_dict(got.batch, got.draws, skipped) if got.draws else None
+                # Counted as delivered only now: an interruption before this
+                # line leaves the batch's draws to be read again.
+                self.sampler.next += len(got.draws) + len(got.skipped)
                 self._skipped += got.skipped
-                if not got.draws:
+                if out is None:
                     continue  # every draw left out: reported with the next dict
-                yield self._as_dict(got.batch, got.draws, skipped)
+                yield out
                 skipped = []
             if self._active is feed and not feed.pending:
                 self._feed = self._active = None  # finished: nothing left in the pipeline
@@ -302,12 +304,6 @@ class Loader:
             if e.index is not None and 0 <= e.index - first < len(draws):
                 _named(feed, draws[e.index - first], e)  # the draw at fault
             return _Popped(None, draws, [], e)
-        except BaseException:
-            # Ctrl-C while the pop waited: the pipeline drops the batch when
-            # it comes, its draws still pending here (the next iteration
-            # reads them again: the sampler's position never counted them).
-            feed.interrupted = True
-            raise
         draws, left = feed.take(batch.info.shape[0] + len(batch.skipped), batch.skipped)
         new = [Skipped(d.index, d.sample.uri, s.source, s.chunk, _named(feed, d, s.error)) for d, s in left]
         return _Popped(batch, draws, new, None)
@@ -351,9 +347,13 @@ class Loader:
                 b = self.pipeline.pop()
             except TryAgain:
                 p = self.pipeline
-                if feed.interrupted and not (p._slots and len(p._engine.held()) >= p._slots):
-                    return  # no batch can complete: the rest went with an interrupted pop's
-                raise
+                if p._slots and len(p._engine.held()) >= p._slots:
+                    raise
+                # No batch can complete: the draws still pending went with
+                # batches that an interruption (Ctrl-C) kept from being
+                # counted here (a pop's dropped when it came, or one popped
+                # and released before its draws were taken).
+                return
             except DamacyError as e:  # a failed batch of draws never delivered
                 if isinstance(e, ShutdownError) or not e.samples:
                     raise

@@ -402,6 +402,29 @@ def test_loader_interrupted(serve_binary, image):
                 (z0, z1), (y0, y1), (x0, x1) = d.sample.aabb
                 np.testing.assert_array_equal(batches[i // 4]["values"][i % 4], data[z0:z1, y0:y1, x0:x1])
             assert loader.state_dict() == {"epoch": 0, "next": 14}
+
+            # Interrupted after a pop, before its draws were taken: the
+            # batch goes back, and the next iteration reads its draws again.
+            store.gate.set()
+            loader.set_epoch(1)
+            take, calls = damacy._loader._Feed.take, []
+
+            def interrupted_take(self, *args, **kwargs):
+                calls.append(1)
+                if len(calls) == 2:
+                    raise KeyboardInterrupt
+                return take(self, *args, **kwargs)
+
+            damacy._loader._Feed.take = interrupted_take
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    _epoch(loader)
+            finally:
+                damacy._loader._Feed.take = take
+            assert loader.state_dict() == {"epoch": 1, "next": 4}
+            rest = _epoch(loader)
+            assert sum((b["index"] for b in rest), []) == list(range(4, 14))
+            assert loader.state_dict() == {"epoch": 1, "next": 14}
     finally:
         signal.signal(signal.SIGINT, previous)
         store.close()
