@@ -167,7 +167,9 @@ class Loader:
     selects an epoch (not advanced for you, as with DistributedSampler);
     an infinite sampler makes an endless epoch and ``len`` a TypeError.
     Leaving a loop early is fine: the next iteration first drains what the
-    pipeline still held of it.
+    pipeline still held of it. So is an interruption (Ctrl-C, which may
+    come while the loader waits for a batch): the batch it caught is not
+    delivered, and the next iteration reads its draws again.
     """
 
     def __init__(
