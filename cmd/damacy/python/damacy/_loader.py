@@ -348,8 +348,7 @@ class Loader:
             try:
                 b = self.pipeline.pop()
             except TryAgain:
-                p = self.pipeline
-                if p._slots and len(p._engine.held()) >= p._slots:
+                if self.pipeline._held_slots() is not None:
                     raise
                 # No batch can complete: the draws still pending went with
                 # batches that an interruption (Ctrl-C) kept from being

@@ -455,8 +455,8 @@ class Pipeline:
                     what="pop",
                 )
         self._engine.before_pop(self._slots)
-        held = self._engine.held()
-        if self._slots and len(held) >= self._slots:
+        held = self._held_slots()
+        if held is not None:
             raise TryAgain(
                 f"pop: all {self._slots} batch slots are held by the client (batches "
                 f"{', '.join(str(b) for b, _ in held)} in slots {', '.join(str(s) for _, s in held)}): "
@@ -478,6 +478,12 @@ class Pipeline:
                     e.samples = self._done - done
             raise
         return batch
+
+    def _held_slots(self) -> Optional[List[Tuple[int, int]]]:
+        """(batch id, slot) of the batches this process holds, when they
+        hold every slot, so that a pop would find none; else None."""
+        held = self._engine.held()
+        return held if self._slots and len(held) >= self._slots else None
 
     def batches(self, n: int) -> Iterator[Batch]:
         """Pop ``n`` batches as an iterator. Each call to :meth:`pop`
