@@ -48,8 +48,10 @@ Modes (each in a process of its own, one after the other, same host):
 
 Models: ``unet`` (MONAI UNet, channels 16-32-64-128-256, strides 2, 2
 residual units) and ``small`` (channels 8-16-32-64, 1 residual unit), both
-with DiceCELoss, AdamW and bf16 autocast (on a GPU). ``probe`` (not run by
-default) is one 1x1x1 convolution, trained the same way: its step takes a
+with DiceCELoss, AdamW and bf16 autocast (on a GPU). Not run by default:
+``tiny`` (channels 4-8-16-32, 1 residual unit), a UNet whose step is short
+enough that loading dominates on a GPU where ``small``'s does not, and
+``probe``, one 1x1x1 convolution, trained the same way: its step takes a
 few milliseconds, so each loader runs at what it can deliver, in the loop
 and with the crops above (a faster GPU or a lighter model than this host's).
 
@@ -96,6 +98,7 @@ POS_FRACTION = 2 / 3  # RandCropByPosNegLabeld's pos=2, neg=1; damacy's fraction
 MODELS = {
     "unet": dict(channels=(16, 32, 64, 128, 256), strides=(2, 2, 2, 2), num_res_units=2),
     "small": dict(channels=(8, 16, 32, 64), strides=(2, 2, 2), num_res_units=1),
+    "tiny": dict(channels=(4, 8, 16, 32), strides=(2, 2, 2), num_res_units=1),
     "probe": None,  # one 1x1x1 convolution: the loader's own pace
 }
 MODES = ("ceiling", "damacy", "damacy-nocache", "damacy-cached", "damacy-cuda", "monai", "monai-fast")
@@ -349,8 +352,9 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
     torch.manual_seed(args.seed)
     args.seed += rank  # each rank its own crops (damacy's sampler splits the draws by rank itself)
     images = ensure_dataset(args.data, args.scenario)
-    info: Dict[str, Any] = {"mode": mode, "model": model_name, "device": args.device, "rank": rank, "world": world}
+    info: Dict[str, Any] = {"mode": mode, "model": model_name, "device": args.device, "rank": rank, "world": world, "cudnn_benchmark": args.cudnn_benchmark, "compile": args.compile}
     if cuda:
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark
         torch.cuda.init()
         torch.zeros(1, device=dev)  # the trainer's context first
         info["gpu"] = torch.cuda.get_device_name(dev)
@@ -372,7 +376,10 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
         model = DDP(model, device_ids=[dev.index] if cuda else None)
         dist.barrier()
     loss_fn = DiceCELoss(to_onehot_y=True, softmax=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=args.compile or None)
+    step_loss = lambda x, y: loss_fn(model(x), y)  # noqa: E731
+    if args.compile:  # the model and its loss as a few fused kernels: far fewer launches per step
+        step_loss = torch.compile(step_loss)
     losses: List[Any] = []
     starts, ends = [], []
     total = args.warmup + args.steps
@@ -392,7 +399,7 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
-            loss = loss_fn(model(x), y)
+            loss = step_loss(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -473,6 +480,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=12, help="MONAI's DataLoader workers")
     ap.add_argument("--loader-threads", type=int, default=0,
                     help="damacy's n_compute_threads (0: the default, every core or the rank's share)")
+    ap.add_argument("--cudnn-benchmark", action="store_true",
+                    help="torch.backends.cudnn.benchmark = True in every mode (cuDNN picks its fastest convolutions; MONAI's fast-training tutorial sets it)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model and its loss and use the fused AdamW in every mode: a step with far fewer launches, so the trainer's thread no longer sets its pace")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", choices=["cuda", "cpu"], default=None)
@@ -494,7 +505,7 @@ def main() -> None:
     ensure_dataset(args.data, args.scenario)
     rows: List[Dict[str, Any]] = []
     keep = ("data", "scenario", "steps", "warmup", "batch_size", "box", "workers", "loader_threads", "lr", "seed", "device")
-    base = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in keep]
+    base = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in keep] + ["--cudnn-benchmark"] * args.cudnn_benchmark + ["--compile"] * args.compile
     launch = [sys.executable]
     if args.ranks > 1:  # one process per rank, as a training job runs
         launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.ranks}"]

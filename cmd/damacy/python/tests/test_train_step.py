@@ -61,7 +61,7 @@ def test_every_mode_trains(serve_binary, torch_monai_zarr, tmp_path):
     out = tmp_path / "rows.json"
     cmd = [sys.executable, str(PEER), "--data", str(tmp_path / "data"), "--scenario", str(scenario),
            "--device", "cpu", "--models", "small,probe", "--steps", "16", "--warmup", "2", "--batch-size", "2",
-           "--box", "16", "--workers", "1", "--loader-threads", "1", "--lr", "1e-2", "--json", str(out)]
+           "--box", "16", "--workers", "1", "--loader-threads", "1", "--lr", "1e-2", "--cudnn-benchmark", "--json", str(out)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr[-6000:]}"
@@ -69,6 +69,7 @@ def test_every_mode_trains(serve_binary, torch_monai_zarr, tmp_path):
     modes = ["ceiling", "damacy", "monai", "monai-fast"]
     assert [(row["model"], row["mode"]) for row in rows] == [(m, x) for m in ("small", "probe") for x in modes], rows
     assert rows[1]["loader_threads"] == 1, rows[1]  # --loader-threads reached the Pipeline's Config
+    assert all(row["cudnn_benchmark"] for row in rows), rows  # and --cudnn-benchmark every mode's process
     for row in rows:
         assert row["finite"], row
         assert math.isfinite(row["steps_per_s"]) and row["steps_per_s"] > 0, row
