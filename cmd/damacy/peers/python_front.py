@@ -120,14 +120,11 @@ class Soak:
         return out
 
 
-ELEM = {"f32": 4, "bf16": 2, "u8": 1, "i32": 4, "i64": 8}
-
-
 def run(boxes, args, rank, world):
     dtype = args.dtype or ("bf16" if boxes["dtype"] in ("bfloat16", "bf16") else "f32")
     bs = int(boxes["batch_size"])
     warmup, measured = int(boxes["warmup"]), int(boxes["batches"])
-    elem = ELEM[dtype]
+    elem = damacy.Dtype.coerce(dtype).itemsize
     per_sample = elem
     for n in boxes["sample_shape"]:
         per_sample *= int(n)
@@ -210,7 +207,7 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="KEY=N",
                     help="set an integer Config field (to compare with the defaults, which the targets use)")
     ap.add_argument("--engine", choices=("cuda", "host"), help="Config.engine (default: the package's)")
-    ap.add_argument("--dtype", choices=sorted(ELEM), help="the output dtype (default: the bench run's)")
+    ap.add_argument("--dtype", choices=[d.wire_name for d in damacy.Dtype], help="the output dtype (default: the bench run's)")
     ap.add_argument("--json", action="store_true", help="write the result as JSON")
     args = ap.parse_args()
     with open(args.boxes) as f:
