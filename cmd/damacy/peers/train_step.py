@@ -54,11 +54,6 @@ enough that loading dominates on a GPU where ``small``'s does not, and
 ``probe``, one 1x1x1 convolution, trained the same way: its step takes a
 few milliseconds, so each loader runs at what it can deliver, in the loop
 and with the crops above (a faster GPU or a lighter model than this host's).
-A step of these UNets is mostly the time Python takes to launch its
-kernels; two options take that away, in every mode of a run alike:
-``--compile`` (torch.compile of the model and its loss, the fused AdamW)
-and ``--cuda-graph`` (the whole step captured once in a CUDA graph and
-replayed on a copy of each batch, as PyTorch's whole-network capture does).
 
 Per mode and model it reports steps/s and samples/s over the measured steps
 (after the warm-up), % of the ceiling's steps/s, the step's GPU time (CUDA
@@ -336,61 +331,11 @@ def device_used(torch: Any, dev: Any) -> int:
     return total - free
 
 
-def training_step(torch: Any, model: Any, args: argparse.Namespace, dev: Any, first: Tuple[Any, Any]) -> Any:
-    """The step every mode runs: forward, DiceCELoss, backward and AdamW on
-    one batch; a function of the batch that returns the step's loss (a
-    tensor of its own). ``--compile`` compiles the model and its loss and
-    fuses AdamW; ``--cuda-graph`` captures the whole step (as PyTorch's
-    whole-network capture does) and replays it on copies of each batch."""
-    from monai.losses import DiceCELoss
-
-    loss_fn = DiceCELoss(to_onehot_y=True, softmax=True)
-    cuda = dev.type == "cuda"
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=args.compile or None, capturable=args.cuda_graph)
-    forward = lambda x, y: loss_fn(model(x), y)  # noqa: E731
-    if args.compile:  # the model and its loss as a few fused kernels: far fewer launches per step
-        forward = torch.compile(forward)
-
-    def step(x: Any, y: Any) -> Any:
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda, cache_enabled=not args.cuda_graph):
-            loss = forward(x, y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    if not args.cuda_graph:
-
-        def eager(x: Any, y: Any) -> Any:
-            opt.zero_grad(set_to_none=True)
-            return step(x, y).detach()
-
-        return eager
-    static_x, static_y = first[0].clone(), first[1].clone()
-    side = torch.cuda.Stream(dev)
-    side.wait_stream(torch.cuda.current_stream(dev))
-    with torch.cuda.stream(side):  # warm up off the capture (cuDNN's and the allocator's first calls)
-        for _ in range(3):
-            opt.zero_grad(set_to_none=True)
-            step(static_x, static_y)
-    torch.cuda.current_stream(dev).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    opt.zero_grad(set_to_none=True)
-    with torch.cuda.graph(graph):  # the gradients stay allocated: each replay overwrites them
-        static_loss = step(static_x, static_y)
-
-    def replay(x: Any, y: Any) -> Any:
-        static_x.copy_(x, non_blocking=True)
-        static_y.copy_(y, non_blocking=True)
-        graph.replay()
-        return static_loss.detach().clone()
-
-    return replay
-
-
 def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
     """Trains model_name fed by mode; its row, or under torchrun every
     rank's (on rank 0; the others return none)."""
     import torch
+    from monai.losses import DiceCELoss
     from monai.networks.nets import UNet
 
     cuda = args.device == "cuda"
@@ -407,7 +352,7 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
     torch.manual_seed(args.seed)
     args.seed += rank  # each rank its own crops (damacy's sampler splits the draws by rank itself)
     images = ensure_dataset(args.data, args.scenario)
-    info: Dict[str, Any] = {"mode": mode, "model": model_name, "device": args.device, "rank": rank, "world": world, "cudnn_benchmark": args.cudnn_benchmark, "compile": args.compile, "cuda_graph": args.cuda_graph}
+    info: Dict[str, Any] = {"mode": mode, "model": model_name, "device": args.device, "rank": rank, "world": world, "cudnn_benchmark": args.cudnn_benchmark, "compile": args.compile}
     if cuda:
         torch.backends.cudnn.benchmark = args.cudnn_benchmark
         torch.cuda.init()
@@ -430,7 +375,11 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
 
         model = DDP(model, device_ids=[dev.index] if cuda else None)
         dist.barrier()
-    train = training_step(torch, model, args, dev, first)
+    loss_fn = DiceCELoss(to_onehot_y=True, softmax=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=args.compile or None)
+    step_loss = lambda x, y: loss_fn(model(x), y)  # noqa: E731
+    if args.compile:  # the model and its loss as a few fused kernels: far fewer launches per step
+        step_loss = torch.compile(step_loss)
     losses: List[Any] = []
     starts, ends = [], []
     total = args.warmup + args.steps
@@ -449,7 +398,12 @@ def run_one(mode: str, model_name: str, args: argparse.Namespace) -> List[Dict[s
         if cuda:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
-        losses.append(train(x, y))
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
+            loss = step_loss(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
         if cuda and step >= args.warmup:
             e.record()
             starts.append(s)
@@ -530,8 +484,6 @@ def main() -> None:
                     help="torch.backends.cudnn.benchmark = True in every mode (cuDNN picks its fastest convolutions; MONAI's fast-training tutorial sets it)")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the model and its loss and use the fused AdamW in every mode: a step with far fewer launches, so the trainer's thread no longer sets its pace")
-    ap.add_argument("--cuda-graph", action="store_true",
-                    help="capture the whole step (forward, loss, backward, AdamW) in a CUDA graph in every mode and replay it on a copy of each batch: one launch a step (one GPU, no torchrun)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", choices=["cuda", "cpu"], default=None)
@@ -543,8 +495,6 @@ def main() -> None:
         import torch
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.cuda_graph and (args.device != "cuda" or args.ranks > 1):
-        ap.error("--cuda-graph captures the step on one GPU: it needs --device cuda and --ranks 1")
     if args.modes is None:
         args.modes = ",".join(m for m in MODES if args.device == "cuda" or m not in ("damacy-cuda", "damacy-cached", "damacy-nocache"))
     if args.one:
@@ -555,7 +505,7 @@ def main() -> None:
     ensure_dataset(args.data, args.scenario)
     rows: List[Dict[str, Any]] = []
     keep = ("data", "scenario", "steps", "warmup", "batch_size", "box", "workers", "loader_threads", "lr", "seed", "device")
-    base = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in keep] + ["--cudnn-benchmark"] * args.cudnn_benchmark + ["--compile"] * args.compile + ["--cuda-graph"] * args.cuda_graph
+    base = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in keep] + ["--cudnn-benchmark"] * args.cudnn_benchmark + ["--compile"] * args.compile
     launch = [sys.executable]
     if args.ranks > 1:  # one process per rank, as a training job runs
         launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.ranks}"]
