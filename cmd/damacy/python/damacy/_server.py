@@ -323,13 +323,14 @@ class Connection:
                 self._send_lock.release()
 
     def _send_outbox(self) -> None:
-        """Send the queued one-way frames (with _send_lock held)."""
-        while True:
-            try:
-                frame = self._outbox.popleft()
-            except IndexError:
-                return
-            self._sock.sendall(frame, socket.MSG_NOSIGNAL)
+        """Send the queued one-way frames (with _send_lock held). A frame
+        leaves the queue once sent, so an interrupt (KeyboardInterrupt)
+        raised around its send cannot lose it: at worst the next drain
+        sends it again, and the server ignores a second release of a batch
+        (batch ids are never reused)."""
+        while self._outbox:
+            self._sock.sendall(self._outbox[0], socket.MSG_NOSIGNAL)
+            self._outbox.popleft()
 
     # The reader.
 
